@@ -1,0 +1,442 @@
+//! The `slm.v1.Ledger` gRPC server: proto ↔ domain conversion and error
+//! mapping around the store.
+
+use std::path::Path;
+use std::pin::Pin;
+
+use futures::Stream;
+use tokio::sync::broadcast;
+use tokio_stream::StreamExt;
+use tokio_stream::wrappers::BroadcastStream;
+use tonic::{Request, Response, Status};
+
+use slm_proto::v1 as pb;
+use slm_proto::v1::ledger_server::{Ledger, LedgerServer};
+use slm_runtime::time::now_iso;
+
+use crate::domain::entry::{Budget, LAP_IMPORTANCE};
+use crate::domain::memory::{self, DEFAULT_PROFILE};
+use crate::domain::recall;
+use crate::domain::{LapRecord, LedgerError, NewMemory, StoredMemory};
+use crate::store::{RunRow, Store};
+
+/// Per-run read cap (spec LEDGER-06).
+const MAX_RUN_ROWS: u32 = 5000;
+const DEFAULT_RUNS_PAGE: u32 = 20;
+const MAX_RUNS_PAGE: u32 = 1000;
+const EVENT_BUFFER: usize = 4096;
+
+#[derive(Clone)]
+pub struct LedgerService {
+    store: Store,
+    events: broadcast::Sender<StoredMemory>,
+}
+
+impl LedgerService {
+    pub fn new(store: Store) -> Self {
+        let (events, _) = broadcast::channel(EVENT_BUFFER);
+        Self { store, events }
+    }
+
+    pub fn into_server(self) -> LedgerServer<Self> {
+        LedgerServer::new(self)
+            .max_decoding_message_size(8 << 20)
+            .max_encoding_message_size(64 << 20)
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    fn publish(&self, m: &StoredMemory) {
+        // No subscriber is not an error.
+        let _ = self.events.send(m.clone());
+    }
+
+    async fn read_profile(&self, raw: &str) -> Result<String, LedgerError> {
+        let p = memory::profile_id(raw)?;
+        if p != DEFAULT_PROFILE && !self.store.profile_exists(&p).await? {
+            return Err(LedgerError::UnknownProfile(p));
+        }
+        Ok(p)
+    }
+}
+
+fn status(e: LedgerError) -> Status {
+    match e {
+        LedgerError::Invalid(m) => Status::invalid_argument(m),
+        e @ LedgerError::UnknownProfile(_) => Status::not_found(e.to_string()),
+        e @ LedgerError::ProfileExists(_) => Status::already_exists(e.to_string()),
+        LedgerError::Unsupported(m) => Status::failed_precondition(m),
+        LedgerError::Db(m) => Status::unavailable(format!("ledger database error: {m}")),
+    }
+}
+
+pub fn memory_to_pb(m: StoredMemory) -> pb::Memory {
+    pb::Memory {
+        id: m.id,
+        profile_id: m.profile_id,
+        content: m.content,
+        tags: m.tags,
+        session_id: m.session_id,
+        metadata_json: m.metadata,
+        importance: m.importance,
+        agent_id: m.agent_id,
+        created_at: m.created_at,
+    }
+}
+
+pub fn lap_from_pb(e: pb::LapEntry) -> LapRecord {
+    let b = e.budget.unwrap_or_default();
+    LapRecord {
+        run_id: e.run_id,
+        name: e.name,
+        lap: e.lap,
+        ts: e.ts,
+        decision: e.decision,
+        passed: e.passed,
+        detail: e.detail,
+        agent_claimed_done: e.agent_claimed_done,
+        runner_log: e.runner_log,
+        budget: Budget {
+            tokens: b.tokens,
+            wallclock_s: b.wallclock_s,
+        },
+    }
+}
+
+pub fn lap_to_pb(r: LapRecord) -> pb::LapEntry {
+    pb::LapEntry {
+        run_id: r.run_id,
+        name: r.name,
+        lap: r.lap,
+        ts: r.ts,
+        decision: r.decision,
+        passed: r.passed,
+        detail: r.detail,
+        agent_claimed_done: r.agent_claimed_done,
+        runner_log: r.runner_log,
+        budget: Some(pb::Budget {
+            tokens: r.budget.tokens,
+            wallclock_s: r.budget.wallclock_s,
+        }),
+    }
+}
+
+fn run_to_pb(r: RunRow) -> pb::LoopRun {
+    pb::LoopRun {
+        run_id: r.run_id,
+        name: r.name,
+        rows: u32::try_from(r.rows).unwrap_or(u32::MAX),
+        r#final: r.final_decision,
+        started_ts: r.started_ts,
+        last_ts: r.last_ts,
+        last_detail: r.last_detail,
+        gate_detail: r.gate_detail.unwrap_or_default(),
+        gate_passed: r.gate_passed,
+    }
+}
+
+fn parse_cursor(c: &str) -> Result<i64, Status> {
+    if c.is_empty() {
+        return Ok(i64::MAX);
+    }
+    c.parse::<i64>()
+        .map_err(|_| Status::invalid_argument("cursor is not one this service returned"))
+}
+
+fn runs_page(rows: Vec<RunRow>, limit: u32) -> pb::ListLoopRunsResponse {
+    let next_cursor = if rows.len() == limit as usize {
+        rows.last().map(|r| r.seq.to_string()).unwrap_or_default()
+    } else {
+        String::new()
+    };
+    pb::ListLoopRunsResponse {
+        runs: rows.into_iter().map(run_to_pb).collect(),
+        next_cursor,
+    }
+}
+
+fn page_limit(limit: u32) -> u32 {
+    if limit == 0 {
+        DEFAULT_RUNS_PAGE
+    } else {
+        limit.min(MAX_RUNS_PAGE)
+    }
+}
+
+type EventStream = Pin<Box<dyn Stream<Item = Result<pb::MemoryEvent, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl Ledger for LedgerService {
+    async fn remember(
+        &self,
+        req: Request<pb::RememberRequest>,
+    ) -> Result<Response<pb::RememberResponse>, Status> {
+        let r = req.into_inner();
+        let m = NewMemory {
+            profile_id: r.profile_id,
+            content: r.content,
+            tags: r.tags,
+            session_id: r.session_id,
+            metadata: r.metadata_json,
+            importance: r.importance,
+            agent_id: r.agent_id,
+        }
+        .validated()
+        .map_err(status)?;
+        let stored = self.store.remember(&m, &now_iso()).await.map_err(status)?;
+        self.publish(&stored);
+        Ok(Response::new(pb::RememberResponse {
+            memory: Some(memory_to_pb(stored)),
+        }))
+    }
+
+    async fn recall(
+        &self,
+        req: Request<pb::RecallRequest>,
+    ) -> Result<Response<pb::RecallResponse>, Status> {
+        let r = req.into_inner();
+        let profile = self.read_profile(&r.profile_id).await.map_err(status)?;
+        let query = memory::recall_query(&r.query).map_err(status)?;
+        let tag = Some(r.tag.trim()).filter(|t| !t.is_empty());
+        let limit = recall::clamp_limit(r.limit);
+        let floor = recall::floor(r.evidence_floor);
+        let terms = recall::query_terms(query);
+        let candidates = self
+            .store
+            .recall_candidates(&profile, &terms, tag, recall::candidate_pool(limit))
+            .await
+            .map_err(status)?;
+        let scored = candidates
+            .into_iter()
+            .map(|m| {
+                let s = recall::coverage(&terms, &m.content);
+                (m, s)
+            })
+            .collect();
+        let (kept, no_confident_match) = recall::rank(scored, limit, floor);
+        Ok(Response::new(pb::RecallResponse {
+            results: kept
+                .into_iter()
+                .map(|(m, score)| pb::RecallHit {
+                    memory: Some(memory_to_pb(m)),
+                    score,
+                })
+                .collect(),
+            no_confident_match,
+            evidence_floor: floor,
+        }))
+    }
+
+    async fn list_session(
+        &self,
+        req: Request<pb::ListSessionRequest>,
+    ) -> Result<Response<pb::ListSessionResponse>, Status> {
+        let r = req.into_inner();
+        let profile = self.read_profile(&r.profile_id).await.map_err(status)?;
+        let limit = if r.limit == 0 {
+            MAX_RUN_ROWS
+        } else {
+            r.limit.min(MAX_RUN_ROWS)
+        };
+        let rows = self
+            .store
+            .list_session(&profile, &r.session_id, limit)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(pb::ListSessionResponse {
+            memories: rows.into_iter().map(memory_to_pb).collect(),
+        }))
+    }
+
+    async fn append_lap(
+        &self,
+        req: Request<pb::AppendLapRequest>,
+    ) -> Result<Response<pb::AppendLapResponse>, Status> {
+        let r = req.into_inner();
+        let lap = lap_from_pb(
+            r.entry
+                .ok_or_else(|| Status::invalid_argument("entry is required"))?,
+        )
+        .capped();
+        lap.validate().map_err(Status::invalid_argument)?;
+        let m = NewMemory {
+            profile_id: r.profile_id,
+            content: lap.to_json(),
+            tags: lap.tags(),
+            session_id: lap.session_id(),
+            metadata: lap.metadata(),
+            importance: LAP_IMPORTANCE,
+            agent_id: r.agent_id,
+        }
+        .validated()
+        .map_err(status)?;
+        let stored = self
+            .store
+            .append_lap(&m, &lap, &now_iso())
+            .await
+            .map_err(status)?;
+        let memory_id = stored.id;
+        self.publish(&stored);
+        Ok(Response::new(pb::AppendLapResponse { memory_id }))
+    }
+
+    async fn list_loop_runs(
+        &self,
+        req: Request<pb::ListLoopRunsRequest>,
+    ) -> Result<Response<pb::ListLoopRunsResponse>, Status> {
+        let r = req.into_inner();
+        let profile = self.read_profile(&r.profile_id).await.map_err(status)?;
+        let limit = page_limit(r.limit);
+        let rows = self
+            .store
+            .list_runs(&profile, Some(&r.name), parse_cursor(&r.cursor)?, limit)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(runs_page(rows, limit)))
+    }
+
+    async fn list_recent_runs(
+        &self,
+        req: Request<pb::ListRecentRunsRequest>,
+    ) -> Result<Response<pb::ListLoopRunsResponse>, Status> {
+        let r = req.into_inner();
+        let profile = self.read_profile(&r.profile_id).await.map_err(status)?;
+        let limit = page_limit(r.limit);
+        let rows = self
+            .store
+            .list_runs(&profile, None, parse_cursor(&r.cursor)?, limit)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(runs_page(rows, limit)))
+    }
+
+    async fn list_run_laps(
+        &self,
+        req: Request<pb::ListRunLapsRequest>,
+    ) -> Result<Response<pb::ListRunLapsResponse>, Status> {
+        let r = req.into_inner();
+        let profile = self.read_profile(&r.profile_id).await.map_err(status)?;
+        let limit = if r.limit == 0 {
+            MAX_RUN_ROWS
+        } else {
+            r.limit.min(MAX_RUN_ROWS)
+        };
+        let texts = self
+            .store
+            .run_laps(&profile, &r.run_id, limit)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(pb::ListRunLapsResponse {
+            laps: texts
+                .iter()
+                .filter_map(|t| LapRecord::from_json(t))
+                .map(lap_to_pb)
+                .collect(),
+        }))
+    }
+
+    async fn list_profiles(
+        &self,
+        _req: Request<pb::ListProfilesRequest>,
+    ) -> Result<Response<pb::ListProfilesResponse>, Status> {
+        let rows = self.store.list_profiles().await.map_err(status)?;
+        Ok(Response::new(pb::ListProfilesResponse {
+            profiles: rows
+                .into_iter()
+                .map(|(profile_id, created_at)| pb::Profile {
+                    profile_id,
+                    created_at,
+                })
+                .collect(),
+        }))
+    }
+
+    async fn create_profile(
+        &self,
+        req: Request<pb::CreateProfileRequest>,
+    ) -> Result<Response<pb::Profile>, Status> {
+        let raw = req.into_inner().profile_id;
+        if raw.trim().is_empty() {
+            return Err(Status::invalid_argument("profile_id is required"));
+        }
+        let p = memory::profile_id(&raw).map_err(status)?;
+        let created_at = now_iso();
+        self.store
+            .create_profile(&p, &created_at)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(pb::Profile {
+            profile_id: p,
+            created_at,
+        }))
+    }
+
+    async fn delete_profile(
+        &self,
+        req: Request<pb::DeleteProfileRequest>,
+    ) -> Result<Response<pb::DeleteProfileResponse>, Status> {
+        let raw = req.into_inner().profile_id;
+        if raw.trim().is_empty() {
+            return Err(Status::invalid_argument("profile_id is required"));
+        }
+        let p = memory::profile_id(&raw).map_err(status)?;
+        if p == DEFAULT_PROFILE {
+            return Err(Status::failed_precondition(
+                "the default profile cannot be deleted",
+            ));
+        }
+        let memories_deleted = self.store.delete_profile(&p).await.map_err(status)?;
+        Ok(Response::new(pb::DeleteProfileResponse {
+            memories_deleted,
+        }))
+    }
+
+    type WatchMemoriesStream = EventStream;
+
+    async fn watch_memories(
+        &self,
+        req: Request<pb::WatchMemoriesRequest>,
+    ) -> Result<Response<Self::WatchMemoriesStream>, Status> {
+        let r = req.into_inner();
+        let profile = self.read_profile(&r.profile_id).await.map_err(status)?;
+        let tag = r.tag.trim().to_string();
+        let stream = BroadcastStream::new(self.events.subscribe()).filter_map(move |ev| match ev {
+            Ok(m) if m.profile_id == profile && (tag.is_empty() || m.tags.contains(&tag)) => {
+                Some(Ok(pb::MemoryEvent {
+                    memory: Some(memory_to_pb(m)),
+                }))
+            }
+            Ok(_) => None,
+            // A slow subscriber missed events: tell it, so it re-reads.
+            Err(_) => Some(Err(Status::data_loss(
+                "memory events were dropped; re-read the store",
+            ))),
+        });
+        Ok(Response::new(Box::pin(stream)))
+    }
+
+    async fn backup(
+        &self,
+        req: Request<pb::BackupRequest>,
+    ) -> Result<Response<pb::BackupResponse>, Status> {
+        let dest = req.into_inner().destination;
+        let path = Path::new(&dest);
+        if !path.is_absolute() {
+            return Err(Status::invalid_argument(
+                "backup destination must be absolute",
+            ));
+        }
+        if path.exists() {
+            return Err(Status::already_exists(format!(
+                "backup destination {dest} already exists"
+            )));
+        }
+        let bytes = self.store.backup_to(path).await.map_err(status)?;
+        Ok(Response::new(pb::BackupResponse {
+            destination: dest,
+            bytes,
+        }))
+    }
+}

@@ -1,0 +1,413 @@
+//! The memory service's tables through sqlx. One implementation for SQLite
+//! and PostgreSQL: the SQL is shared except for full-text search and backup.
+//! No business decisions here: callers pass validated values.
+
+use sqlx::any::AnyRow;
+use sqlx::error::ErrorKind;
+use sqlx::{AnyConnection, AssertSqlSafe, Row};
+
+use slm_runtime::db::{MigrationSet, Step};
+use slm_runtime::{Backend, Db};
+
+use crate::domain::{LapRecord, LedgerError, NewMemory, StoredMemory};
+
+pub static MIGRATIONS: MigrationSet = MigrationSet {
+    service: "ledger",
+    sqlite: &[Step {
+        version: 1,
+        description: "ledger init",
+        sql: include_str!("../../../../migrations/sqlite/ledger/0001_init.sql"),
+    }],
+    postgres: &[Step {
+        version: 1,
+        description: "ledger init",
+        sql: include_str!("../../../../migrations/postgres/ledger/0001_init.sql"),
+    }],
+};
+
+const MEMORY_COLUMNS: &str = "m.id, m.profile_id, m.content, m.tags, m.session_id, m.metadata, m.importance, m.agent_id, m.created_at";
+
+/// A run summary as stored.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunRow {
+    pub run_id: String,
+    pub name: String,
+    pub seq: i64,
+    pub rows: i64,
+    pub final_decision: String,
+    pub started_ts: String,
+    pub last_ts: String,
+    pub last_detail: String,
+    pub gate_detail: Option<String>,
+    pub gate_passed: bool,
+}
+
+#[derive(Clone, Debug)]
+pub struct Store {
+    db: Db,
+}
+
+fn memory_from_row(r: &AnyRow) -> Result<StoredMemory, sqlx::Error> {
+    let tags: String = r.try_get("tags")?;
+    Ok(StoredMemory {
+        id: r.try_get("id")?,
+        profile_id: r.try_get("profile_id")?,
+        content: r.try_get("content")?,
+        tags: serde_json::from_str(&tags).unwrap_or_default(),
+        session_id: r.try_get("session_id")?,
+        metadata: r.try_get("metadata")?,
+        importance: r.try_get::<i64, _>("importance")? as i32,
+        agent_id: r.try_get("agent_id")?,
+        created_at: r.try_get("created_at")?,
+    })
+}
+
+fn run_from_row(r: &AnyRow) -> Result<RunRow, sqlx::Error> {
+    Ok(RunRow {
+        run_id: r.try_get("run_id")?,
+        name: r.try_get("loop_name")?,
+        seq: r.try_get("seq")?,
+        rows: r.try_get("rows")?,
+        final_decision: r.try_get("final")?,
+        started_ts: r.try_get("started_ts")?,
+        last_ts: r.try_get("last_ts")?,
+        last_detail: r.try_get("last_detail")?,
+        gate_detail: r.try_get("gate_detail")?,
+        gate_passed: r.try_get::<i64, _>("gate_passed")? != 0,
+    })
+}
+
+/// Maps a foreign-key failure on `profile_id` to the caller's mistake.
+fn profile_error(profile: &str) -> impl FnOnce(sqlx::Error) -> LedgerError + '_ {
+    move |e| match &e {
+        sqlx::Error::Database(d) if d.kind() == ErrorKind::ForeignKeyViolation => {
+            LedgerError::UnknownProfile(profile.to_string())
+        }
+        _ => LedgerError::from(e),
+    }
+}
+
+async fn insert_memory(
+    conn: &mut AnyConnection,
+    m: &NewMemory,
+    created_at: &str,
+) -> Result<StoredMemory, LedgerError> {
+    let tags_json = serde_json::to_string(&m.tags).expect("tags serialise");
+    let id: i64 = sqlx::query_scalar(
+        "INSERT INTO memories (profile_id, content, session_id, agent_id, importance, metadata, tags, created_at) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING id",
+    )
+    .bind(&m.profile_id)
+    .bind(&m.content)
+    .bind(&m.session_id)
+    .bind(&m.agent_id)
+    .bind(i64::from(m.importance))
+    .bind(&m.metadata)
+    .bind(&tags_json)
+    .bind(created_at)
+    .fetch_one(&mut *conn)
+    .await
+    .map_err(profile_error(&m.profile_id))?;
+    if !m.tags.is_empty() {
+        let values: Vec<String> = (0..m.tags.len())
+            .map(|i| format!("($1, $2, ${})", i + 3))
+            .collect();
+        let sql = format!(
+            "INSERT INTO memory_tags (profile_id, memory_id, tag) VALUES {}",
+            values.join(", ")
+        );
+        let mut q = sqlx::query(AssertSqlSafe(sql)).bind(&m.profile_id).bind(id);
+        for t in &m.tags {
+            q = q.bind(t);
+        }
+        q.execute(&mut *conn).await?;
+    }
+    Ok(StoredMemory {
+        id,
+        profile_id: m.profile_id.clone(),
+        content: m.content.clone(),
+        tags: m.tags.clone(),
+        session_id: m.session_id.clone(),
+        metadata: m.metadata.clone(),
+        importance: m.importance,
+        agent_id: m.agent_id.clone(),
+        created_at: created_at.to_string(),
+    })
+}
+
+impl Store {
+    pub async fn open(url: &str) -> Result<Self, slm_runtime::DbError> {
+        let db = Db::open_migrated(url, &MIGRATIONS).await?;
+        Ok(Self { db })
+    }
+
+    pub fn backend(&self) -> Backend {
+        self.db.backend
+    }
+
+    pub async fn close(&self) {
+        self.db.close().await
+    }
+
+    pub async fn remember(
+        &self,
+        m: &NewMemory,
+        created_at: &str,
+    ) -> Result<StoredMemory, LedgerError> {
+        let mut tx = self.db.pool.begin().await?;
+        let stored = insert_memory(&mut tx, m, created_at).await?;
+        tx.commit().await?;
+        Ok(stored)
+    }
+
+    /// Stores a lap as a memory and updates the run's summary, atomically.
+    pub async fn append_lap(
+        &self,
+        m: &NewMemory,
+        lap: &LapRecord,
+        created_at: &str,
+    ) -> Result<StoredMemory, LedgerError> {
+        let mut tx = self.db.pool.begin().await?;
+        let stored = insert_memory(&mut tx, m, created_at).await?;
+        sqlx::query(
+            "INSERT INTO loop_laps (memory_id, profile_id, run_id, loop_name, lap) VALUES ($1, $2, $3, $4, $5)",
+        )
+        .bind(stored.id)
+        .bind(&m.profile_id)
+        .bind(&lap.run_id)
+        .bind(&lap.name)
+        .bind(i64::from(lap.lap))
+        .execute(&mut *tx)
+        .await?;
+        let gate = lap.gate_detail();
+        sqlx::query(
+            "INSERT INTO loop_runs (profile_id, run_id, loop_name, seq, rows, final, started_ts, last_ts, last_detail, gate_detail, gate_passed) \
+             VALUES ($1, $2, $3, $4, 1, $5, $6, $6, $7, $8, $9) \
+             ON CONFLICT (profile_id, run_id) DO UPDATE SET \
+               rows = loop_runs.rows + 1, final = excluded.final, last_ts = excluded.last_ts, \
+               last_detail = excluded.last_detail, \
+               gate_detail = COALESCE(excluded.gate_detail, loop_runs.gate_detail), \
+               gate_passed = CASE WHEN excluded.gate_detail IS NULL THEN loop_runs.gate_passed ELSE excluded.gate_passed END",
+        )
+        .bind(&m.profile_id)
+        .bind(&lap.run_id)
+        .bind(&lap.name)
+        .bind(stored.id)
+        .bind(&lap.decision)
+        .bind(&lap.ts)
+        .bind(&lap.detail)
+        .bind(gate)
+        .bind(i64::from(gate.is_some() && lap.passed))
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(stored)
+    }
+
+    /// Full-text candidates for `terms` in relevance order, at most `pool`.
+    pub async fn recall_candidates(
+        &self,
+        profile: &str,
+        terms: &[String],
+        tag: Option<&str>,
+        pool: u32,
+    ) -> Result<Vec<StoredMemory>, LedgerError> {
+        if terms.is_empty() {
+            return Ok(Vec::new());
+        }
+        let tag_clause = if tag.is_some() {
+            " AND EXISTS (SELECT 1 FROM memory_tags t WHERE t.profile_id = m.profile_id AND t.tag = $4 AND t.memory_id = m.id)"
+        } else {
+            ""
+        };
+        // Terms are letters and digits only (domain::recall::tokens), so
+        // quoting them is enough to keep the query syntax inert.
+        let (sql, query) = match self.db.backend {
+            Backend::Sqlite => (
+                format!(
+                    "SELECT {MEMORY_COLUMNS} FROM memories_fts JOIN memories m ON m.id = memories_fts.rowid \
+                     WHERE memories_fts MATCH $1 AND m.profile_id = $2{tag_clause} \
+                     ORDER BY memories_fts.rank, m.id DESC LIMIT $3"
+                ),
+                terms
+                    .iter()
+                    .map(|t| format!("\"{t}\""))
+                    .collect::<Vec<_>>()
+                    .join(" OR "),
+            ),
+            Backend::Postgres => (
+                format!(
+                    "SELECT {MEMORY_COLUMNS} FROM memories m \
+                     WHERE m.content_tsv @@ to_tsquery('simple', $1) AND m.profile_id = $2{tag_clause} \
+                     ORDER BY ts_rank(m.content_tsv, to_tsquery('simple', $1)) DESC, m.id DESC LIMIT $3"
+                ),
+                terms
+                    .iter()
+                    .map(|t| format!("'{t}'"))
+                    .collect::<Vec<_>>()
+                    .join(" | "),
+            ),
+        };
+        let mut q = sqlx::query(AssertSqlSafe(sql))
+            .bind(query)
+            .bind(profile)
+            .bind(i64::from(pool));
+        if let Some(t) = tag {
+            q = q.bind(t);
+        }
+        let rows = q.fetch_all(&self.db.pool).await?;
+        Ok(rows.iter().map(memory_from_row).collect::<Result<_, _>>()?)
+    }
+
+    pub async fn list_session(
+        &self,
+        profile: &str,
+        session: &str,
+        limit: u32,
+    ) -> Result<Vec<StoredMemory>, LedgerError> {
+        let rows = sqlx::query(AssertSqlSafe(format!(
+            "SELECT {MEMORY_COLUMNS} FROM memories m WHERE m.profile_id = $1 AND m.session_id = $2 ORDER BY m.id LIMIT $3"
+        )))
+        .bind(profile)
+        .bind(session)
+        .bind(i64::from(limit))
+        .fetch_all(&self.db.pool)
+        .await?;
+        Ok(rows.iter().map(memory_from_row).collect::<Result<_, _>>()?)
+    }
+
+    /// Runs newest first, starting below `before` (a run's `seq`).
+    pub async fn list_runs(
+        &self,
+        profile: &str,
+        name: Option<&str>,
+        before: i64,
+        limit: u32,
+    ) -> Result<Vec<RunRow>, LedgerError> {
+        let name_clause = if name.is_some() {
+            " AND loop_name = $4"
+        } else {
+            ""
+        };
+        let sql = format!(
+            "SELECT run_id, loop_name, seq, rows, final, started_ts, last_ts, last_detail, gate_detail, gate_passed \
+             FROM loop_runs WHERE profile_id = $1 AND seq < $2{name_clause} ORDER BY seq DESC LIMIT $3"
+        );
+        let mut q = sqlx::query(AssertSqlSafe(sql))
+            .bind(profile)
+            .bind(before)
+            .bind(i64::from(limit));
+        if let Some(n) = name {
+            q = q.bind(n);
+        }
+        let rows = q.fetch_all(&self.db.pool).await?;
+        Ok(rows.iter().map(run_from_row).collect::<Result<_, _>>()?)
+    }
+
+    /// The stored lap texts of a run, oldest first.
+    pub async fn run_laps(
+        &self,
+        profile: &str,
+        run_id: &str,
+        limit: u32,
+    ) -> Result<Vec<String>, LedgerError> {
+        let rows = sqlx::query(
+            "SELECT m.content FROM loop_laps l JOIN memories m ON m.id = l.memory_id \
+             WHERE l.profile_id = $1 AND l.run_id = $2 ORDER BY l.memory_id LIMIT $3",
+        )
+        .bind(profile)
+        .bind(run_id)
+        .bind(i64::from(limit))
+        .fetch_all(&self.db.pool)
+        .await?;
+        Ok(rows
+            .iter()
+            .map(|r| r.try_get::<String, _>("content"))
+            .collect::<Result<_, _>>()?)
+    }
+
+    pub async fn list_profiles(&self) -> Result<Vec<(String, String)>, LedgerError> {
+        let rows = sqlx::query("SELECT profile_id, created_at FROM profiles ORDER BY profile_id")
+            .fetch_all(&self.db.pool)
+            .await?;
+        Ok(rows
+            .iter()
+            .map(|r| Ok((r.try_get("profile_id")?, r.try_get("created_at")?)))
+            .collect::<Result<_, sqlx::Error>>()?)
+    }
+
+    pub async fn profile_exists(&self, profile: &str) -> Result<bool, LedgerError> {
+        let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM profiles WHERE profile_id = $1")
+            .bind(profile)
+            .fetch_one(&self.db.pool)
+            .await?;
+        Ok(n > 0)
+    }
+
+    pub async fn create_profile(&self, profile: &str, created_at: &str) -> Result<(), LedgerError> {
+        let done = sqlx::query(
+            "INSERT INTO profiles (profile_id, created_at) VALUES ($1, $2) ON CONFLICT (profile_id) DO NOTHING",
+        )
+        .bind(profile)
+        .bind(created_at)
+        .execute(&self.db.pool)
+        .await?;
+        if done.rows_affected() == 0 {
+            return Err(LedgerError::ProfileExists(profile.to_string()));
+        }
+        Ok(())
+    }
+
+    /// Deletes a profile with every row it owns; returns the memories removed.
+    pub async fn delete_profile(&self, profile: &str) -> Result<u64, LedgerError> {
+        let mut tx = self.db.pool.begin().await?;
+        for table in ["memory_tags", "loop_laps", "loop_runs"] {
+            sqlx::query(AssertSqlSafe(format!(
+                "DELETE FROM {table} WHERE profile_id = $1"
+            )))
+            .bind(profile)
+            .execute(&mut *tx)
+            .await?;
+        }
+        let memories = sqlx::query("DELETE FROM memories WHERE profile_id = $1")
+            .bind(profile)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+        let profiles = sqlx::query("DELETE FROM profiles WHERE profile_id = $1")
+            .bind(profile)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+        if profiles == 0 {
+            return Err(LedgerError::UnknownProfile(profile.to_string()));
+        }
+        tx.commit().await?;
+        Ok(memories)
+    }
+
+    /// A consistent copy of an SQLite database into a new file, taken while
+    /// other connections keep reading and writing.
+    pub async fn backup_to(&self, dest: &std::path::Path) -> Result<u64, LedgerError> {
+        if self.db.backend != Backend::Sqlite {
+            return Err(LedgerError::Unsupported(
+                "backup of a PostgreSQL ledger is done with pg_dump".into(),
+            ));
+        }
+        let path = dest
+            .to_str()
+            .ok_or_else(|| LedgerError::Invalid("backup destination must be valid UTF-8".into()))?;
+        if path.contains('\0') {
+            return Err(LedgerError::Invalid(
+                "backup destination must not contain NUL".into(),
+            ));
+        }
+        sqlx::query(AssertSqlSafe(format!(
+            "VACUUM INTO '{}'",
+            path.replace('\'', "''")
+        )))
+        .execute(&self.db.pool)
+        .await?;
+        Ok(std::fs::metadata(dest).map(|m| m.len()).unwrap_or(0))
+    }
+}

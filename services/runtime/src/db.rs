@@ -1,0 +1,157 @@
+//! Database pools from a URL (SQLite or PostgreSQL behind one `AnyPool`) and
+//! per-service migrations run once at start, never on a request path.
+
+use std::time::Duration;
+
+use sqlx::any::{AnyPoolOptions, install_default_drivers};
+use sqlx::migrate::{Migration, MigrationType, Migrator};
+use sqlx::{AnyPool, Executor, SqlSafeStr};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum DbError {
+    #[error("unsupported database URL {0:?}: use sqlite://PATH or postgres://…")]
+    UnsupportedUrl(String),
+    #[error("cannot open the database: {0}")]
+    Open(#[source] sqlx::Error),
+    #[error("database migration failed: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    #[error("cannot create the database directory {0}: {1}")]
+    Dir(String, std::io::Error),
+}
+
+/// One migration step, embedded in the binary.
+pub struct Step {
+    pub version: i64,
+    pub description: &'static str,
+    pub sql: &'static str,
+}
+
+/// A service's migrations for both backends. Each service keeps its own
+/// bookkeeping table, so several services may share one PostgreSQL database.
+pub struct MigrationSet {
+    pub service: &'static str,
+    pub sqlite: &'static [Step],
+    pub postgres: &'static [Step],
+}
+
+/// An open pool and the backend it talks to.
+#[derive(Clone, Debug)]
+pub struct Db {
+    pub pool: AnyPool,
+    pub backend: Backend,
+}
+
+/// How long an SQLite writer waits for the lock before failing.
+const SQLITE_BUSY_TIMEOUT_MS: u64 = 5_000;
+
+impl Db {
+    pub fn backend_of(url: &str) -> Result<Backend, DbError> {
+        if url.starts_with("sqlite:") {
+            Ok(Backend::Sqlite)
+        } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            Ok(Backend::Postgres)
+        } else {
+            Err(DbError::UnsupportedUrl(url.to_string()))
+        }
+    }
+
+    /// Opens a pool. SQLite files get WAL, `synchronous=NORMAL` (durable at
+    /// every checkpoint, crash-safe), a busy timeout and foreign keys.
+    pub async fn open(url: &str) -> Result<Self, DbError> {
+        install_default_drivers();
+        let backend = Self::backend_of(url)?;
+        let pool = match backend {
+            Backend::Sqlite => {
+                let memory = url.contains(":memory:") || url.contains("mode=memory");
+                if !memory {
+                    ensure_parent_dir(url)?;
+                }
+                AnyPoolOptions::new()
+                    // An in-memory database exists once per connection.
+                    .max_connections(if memory { 1 } else { 4 })
+                    .min_connections(if memory { 1 } else { 0 })
+                    .idle_timeout(if memory { None } else { Some(Duration::from_secs(600)) })
+                    .max_lifetime(None)
+                    .after_connect(|conn, _meta| {
+                        Box::pin(async move {
+                            conn.execute(sqlx::AssertSqlSafe(format!(
+                                "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; \
+                                 PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}; PRAGMA foreign_keys=ON;"
+                            )))
+                            .await?;
+                            Ok(())
+                        })
+                    })
+                    .connect(url)
+                    .await
+                    .map_err(DbError::Open)?
+            }
+            Backend::Postgres => AnyPoolOptions::new()
+                .max_connections(8)
+                .acquire_timeout(Duration::from_secs(10))
+                .connect(url)
+                .await
+                .map_err(DbError::Open)?,
+        };
+        Ok(Self { pool, backend })
+    }
+
+    /// Opens and brings the schema up to date.
+    pub async fn open_migrated(url: &str, set: &MigrationSet) -> Result<Self, DbError> {
+        let db = Self::open(url).await?;
+        db.migrate(set).await?;
+        Ok(db)
+    }
+
+    pub async fn migrate(&self, set: &MigrationSet) -> Result<(), DbError> {
+        let steps = match self.backend {
+            Backend::Sqlite => set.sqlite,
+            Backend::Postgres => set.postgres,
+        };
+        let migrations = steps
+            .iter()
+            .map(|s| {
+                Migration::new(
+                    s.version,
+                    s.description.into(),
+                    MigrationType::Simple,
+                    s.sql.into_sql_str(),
+                    false,
+                )
+            })
+            .collect();
+        let mut migrator = Migrator::with_migrations(migrations);
+        migrator.dangerous_set_table_name(format!("_slm_migrations_{}", set.service));
+        migrator.run(&self.pool).await?;
+        Ok(())
+    }
+
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+}
+
+fn ensure_parent_dir(url: &str) -> Result<(), DbError> {
+    let path = url
+        .trim_start_matches("sqlite://")
+        .trim_start_matches("sqlite:");
+    let path = path.split('?').next().unwrap_or(path);
+    if let Some(parent) = std::path::Path::new(path).parent()
+        && !parent.as_os_str().is_empty()
+        && !parent.exists()
+    {
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(parent)
+            .map_err(|e| DbError::Dir(parent.display().to_string(), e))?;
+    }
+    Ok(())
+}

@@ -1,0 +1,13 @@
+//! Shared plumbing of the SLM services: where data lives, how databases are
+//! opened and migrated, how services reach their peers (in process or over a
+//! socket), and logging.
+
+pub mod config;
+pub mod db;
+pub mod telemetry;
+pub mod time;
+pub mod transport;
+
+pub use config::{ConfigError, DataRoot};
+pub use db::{Backend, Db, DbError, MigrationSet};
+pub use transport::Transport;

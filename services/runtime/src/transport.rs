@@ -1,0 +1,39 @@
+//! How a service reaches a peer. Generated tonic clients are built over a
+//! [`Transport`], which is either a real channel (another process, maybe
+//! another machine) or the peer's server object in this process. Calling code
+//! never knows which: the bundle links services without sockets while every
+//! call still goes through the generated client and the proto encoding.
+
+use std::convert::Infallible;
+
+use tonic::body::Body;
+use tower::{Service, ServiceExt, util::BoxCloneSyncService};
+
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// A boxed gRPC transport usable by any generated client
+/// (`XClient::new(transport)`).
+pub type Transport = BoxCloneSyncService<http::Request<Body>, http::Response<Body>, BoxError>;
+
+/// A transport that hands requests straight to a tonic server object
+/// (e.g. `LedgerServer::new(service)`) in this process.
+pub fn in_process<S>(server: S) -> Transport
+where
+    S: Service<http::Request<Body>, Response = http::Response<Body>, Error = Infallible>
+        + Clone
+        + Send
+        + Sync
+        + 'static,
+    S::Future: Send + 'static,
+{
+    BoxCloneSyncService::new(server.map_err(|never| match never {}))
+}
+
+/// A transport over a lazily connected channel to `url`
+/// (e.g. `http://127.0.0.1:50151`).
+pub fn remote(url: &str) -> Result<Transport, BoxError> {
+    let channel = tonic::transport::Endpoint::from_shared(url.to_string())?
+        .connect_timeout(std::time::Duration::from_secs(5))
+        .connect_lazy();
+    Ok(BoxCloneSyncService::new(channel.map_err(BoxError::from)))
+}
