@@ -274,7 +274,7 @@ impl Ledger for LedgerService {
         .map_err(status)?;
         let stored = self
             .store
-            .append_lap(&m, &lap, &now_iso())
+            .append_lap(&m, &lap, r.gate_row, &now_iso())
             .await
             .map_err(status)?;
         let memory_id = stored.id;

@@ -442,11 +442,11 @@ async fn loop_ledger_is_indexed_and_paged(backend: &str) {
     assert_eq!(page.runs.len(), 25);
     assert!(page.runs.iter().all(|r| r.run_id != "forged-1"));
 
-    // The newest row carrying a receipt marker is tracked for HALT reasons.
+    // The newest gate row is tracked for HALT reasons.
     let marker = "recall 'x': hits=1 independent_receipt=False receipt_reason=no execution receipt";
-    c.append_lap(lap("watch-1", "watch", 1, "continue", marker))
-        .await
-        .unwrap();
+    let mut gate_lap = lap("watch-1", "watch", 1, "continue", marker);
+    gate_lap.gate_row = true;
+    c.append_lap(gate_lap).await.unwrap();
     c.append_lap(lap("watch-1", "watch", 2, "halt", "max-iterations"))
         .await
         .unwrap();

@@ -1,5 +1,6 @@
 //! The SLM gRPC contracts, generated at build time from `proto/slm/v1`.
 
+#[allow(clippy::large_enum_variant)]
 pub mod v1 {
     tonic::include_proto!("slm.v1");
 }

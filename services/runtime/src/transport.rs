@@ -11,9 +11,16 @@ use tower::{Service, ServiceExt, util::BoxCloneSyncService};
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
+/// A transport failure. A named type rather than a boxed trait object, so
+/// futures that use a client stay provably `Send` (the compiler cannot
+/// always prove the higher-ranked `From` a `dyn Error` would need).
+#[derive(Debug, thiserror::Error)]
+#[error(transparent)]
+pub struct TransportError(#[from] tonic::transport::Error);
+
 /// A boxed gRPC transport usable by any generated client
 /// (`XClient::new(transport)`).
-pub type Transport = BoxCloneSyncService<http::Request<Body>, http::Response<Body>, BoxError>;
+pub type Transport = BoxCloneSyncService<http::Request<Body>, http::Response<Body>, TransportError>;
 
 /// A transport that hands requests straight to a tonic server object
 /// (e.g. `LedgerServer::new(service)`) in this process.
@@ -26,7 +33,7 @@ where
         + 'static,
     S::Future: Send + 'static,
 {
-    BoxCloneSyncService::new(server.map_err(|never| match never {}))
+    BoxCloneSyncService::new(server.map_err(|never: Infallible| match never {}))
 }
 
 /// A transport over a lazily connected channel to `url`
@@ -35,5 +42,5 @@ pub fn remote(url: &str) -> Result<Transport, BoxError> {
     let channel = tonic::transport::Endpoint::from_shared(url.to_string())?
         .connect_timeout(std::time::Duration::from_secs(5))
         .connect_lazy();
-    Ok(BoxCloneSyncService::new(channel.map_err(BoxError::from)))
+    Ok(BoxCloneSyncService::new(channel.map_err(TransportError)))
 }

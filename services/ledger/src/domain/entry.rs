@@ -9,12 +9,6 @@ pub const DECISIONS: [&str; 6] = ["continue", "done", "halt", "pause", "killed",
 /// Lap memories rank below ordinary memories (default 5).
 pub const LAP_IMPORTANCE: i32 = 2;
 pub const RUNNER_LOG_MAX_CHARS: usize = 2000;
-/// Markers a watcher puts in a lap's detail before the receipt reason
-/// (spec WATCH-12); the newest row carrying one explains a HALT.
-pub const RECEIPT_MARKERS: [&str; 2] = [
-    " independent_receipt=False receipt_reason=",
-    " independent_receipt=True receipt_reason=",
-];
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Budget {
@@ -138,14 +132,6 @@ impl LapRecord {
         })
         .to_string()
     }
-
-    /// The detail if it carries a receipt marker (it then explains a HALT).
-    pub fn gate_detail(&self) -> Option<&str> {
-        RECEIPT_MARKERS
-            .iter()
-            .any(|m| self.detail.contains(m))
-            .then_some(self.detail.as_str())
-    }
 }
 
 #[cfg(test)]
@@ -216,12 +202,24 @@ mod tests {
     }
 
     #[test]
-    fn gate_detail_needs_a_marker() {
-        let mut r = row();
-        assert_eq!(r.gate_detail(), None);
-        r.detail =
-            "recall 'x': hits=0 independent_receipt=False receipt_reason=no execution receipt"
-                .into();
-        assert!(r.gate_detail().is_some());
+    fn serialises_escapes_unicode_and_whole_floats() {
+        let r = LapRecord {
+            run_id: "r-1".into(),
+            name: "n\"q".into(),
+            lap: 4,
+            ts: "t4".into(),
+            decision: "halt".into(),
+            passed: true,
+            detail: "no-progress; ünïcode\n".into(),
+            agent_claimed_done: true,
+            runner_log: "log😀".into(),
+            budget: Budget {
+                tokens: 40,
+                wallclock_s: 3.0,
+            },
+        };
+        let expected = "{\"run_id\":\"r-1\",\"name\":\"n\\\"q\",\"lap\":4,\"ts\":\"t4\",\"decision\":\"halt\",\"passed\":true,\"detail\":\"no-progress; ünïcode\\n\",\"agent_claimed_done\":true,\"runner_log\":\"log😀\",\"budget\":{\"tokens\":40,\"wallclock_s\":3.0}}";
+        assert_eq!(r.to_json(), expected);
+        assert_eq!(LapRecord::from_json(expected), Some(r));
     }
 }

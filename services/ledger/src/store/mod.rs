@@ -161,10 +161,12 @@ impl Store {
     }
 
     /// Stores a lap as a memory and updates the run's summary, atomically.
+    /// A `gate_row` becomes the run's newest gate detail.
     pub async fn append_lap(
         &self,
         m: &NewMemory,
         lap: &LapRecord,
+        gate_row: bool,
         created_at: &str,
     ) -> Result<StoredMemory, LedgerError> {
         let mut tx = self.db.pool.begin().await?;
@@ -179,7 +181,7 @@ impl Store {
         .bind(i64::from(lap.lap))
         .execute(&mut *tx)
         .await?;
-        let gate = lap.gate_detail();
+        let gate = gate_row.then_some(lap.detail.as_str());
         sqlx::query(
             "INSERT INTO loop_runs (profile_id, run_id, loop_name, seq, rows, final, started_ts, last_ts, last_detail, gate_detail, gate_passed) \
              VALUES ($1, $2, $3, $4, 1, $5, $6, $6, $7, $8, $9) \

@@ -1,0 +1,179 @@
+//! The command line, as clap types.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+pub const EXIT_HELP: &str = "\
+Exit status:
+  0  success (for `slm loop demo`: the run ended DONE)
+  1  error (bad input, unreachable service, storage failure)
+  2  usage error
+  3  loop ended HALT (a safety bound tripped)
+  4  loop ended PAUSE (awaiting approval)
+  5  loop ended KILLED (kill switch)
+  6  loop ended ERROR (the runner or the gate failed)
+
+Environment:
+  SLM_DATA_DIR        data root (default $XDG_DATA_HOME/slm or ~/.local/share/slm)
+  SLM_PROFILE         profile to use (default: default)
+  SLM_LEDGER_URL      use a remote ledger service (gRPC URL) instead of the data root
+  SLM_LOOP_ENGINE_URL use a remote loop-engine service
+  SLM_LOOP_KILL       any non-empty value trips the kill switch of loops run here";
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "slm",
+    version,
+    about = "Local agent memory with bounded loops: an agent loop ends only when an independent check passes.",
+    after_help = EXIT_HELP
+)]
+pub struct Cli {
+    /// Profile to read and write.
+    #[arg(long, global = true, env = "SLM_PROFILE", default_value = "")]
+    pub profile: String,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Store a memory.
+    Remember(RememberArgs),
+    /// Find memories by full-text recall.
+    Recall(RecallArgs),
+    /// Bounded loops: the keyless demo, history, one run, the kill switch.
+    #[command(subcommand, after_help = EXIT_HELP)]
+    Loop(LoopCommand),
+    /// Profiles: list, create, delete (with every memory they hold).
+    #[command(subcommand)]
+    Profile(ProfileCommand),
+    /// Write a consistent copy of the data root's databases into DEST (a new
+    /// directory), even while `slm serve` runs.
+    Backup {
+        dest: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Replace the data root's databases with a backup made by `slm backup`.
+    /// Refused while `slm serve` runs on the data root; the replaced files
+    /// are kept beside the new ones as `*.pre-restore-<time>`.
+    Restore {
+        src: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run every service in this process on the data root and serve gRPC.
+    Serve(ServeArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct RememberArgs {
+    pub text: String,
+    #[arg(long = "tag")]
+    pub tags: Vec<String>,
+    #[arg(long, default_value = "")]
+    pub session: String,
+    /// 1 (least) to 10; default 5.
+    #[arg(long, default_value_t = 0)]
+    pub importance: i32,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct RecallArgs {
+    pub query: String,
+    #[arg(long, default_value = "")]
+    pub tag: String,
+    #[arg(long, default_value_t = 10)]
+    pub limit: u32,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum LoopCommand {
+    /// Run the keyless convergence demo (stub runner; the gate passes on lap 3).
+    Demo {
+        /// Iteration cap (0 means 10).
+        #[arg(long, default_value_t = 10, allow_negative_numbers = true)]
+        iterations: i64,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Recorded runs of a loop, newest first.
+    History {
+        #[arg(long, default_value = "convergence-demo")]
+        name: String,
+        /// At most this many runs (default: all).
+        #[arg(long)]
+        limit: Option<u32>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Every lap of one run.
+    Show {
+        run_id: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Trip the kill switch of running loops (all, or one with --run); it
+    /// stays tripped until `--clear`.
+    Kill {
+        #[arg(long)]
+        run: Option<String>,
+        #[arg(long)]
+        clear: bool,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum ProfileCommand {
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+    Create {
+        name: String,
+        #[arg(long)]
+        json: bool,
+    },
+    Delete {
+        name: String,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Args, Debug)]
+pub struct ServeArgs {
+    /// gRPC listen address.
+    #[arg(long, default_value = "127.0.0.1:50151")]
+    pub grpc: std::net::SocketAddr,
+}
+
+impl Command {
+    /// Whether errors should be printed as JSON.
+    pub fn json(&self) -> bool {
+        match self {
+            Command::Remember(a) => a.json,
+            Command::Recall(a) => a.json,
+            Command::Loop(
+                LoopCommand::Demo { json, .. }
+                | LoopCommand::History { json, .. }
+                | LoopCommand::Show { json, .. }
+                | LoopCommand::Kill { json, .. },
+            ) => *json,
+            Command::Profile(
+                ProfileCommand::List { json }
+                | ProfileCommand::Create { json, .. }
+                | ProfileCommand::Delete { json, .. },
+            ) => *json,
+            Command::Backup { json, .. } | Command::Restore { json, .. } => *json,
+            Command::Serve(_) => false,
+        }
+    }
+}

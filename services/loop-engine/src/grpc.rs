@@ -1,0 +1,228 @@
+//! The `slm.v1.LoopEngine` gRPC server: starts runs on a task and streams
+//! their rows, reads history and runs through the ledger service, and
+//! operates the kill switch.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+
+use futures::Stream;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status};
+
+use slm_proto::v1 as pb;
+use slm_proto::v1::ledger_client::LedgerClient;
+use slm_proto::v1::loop_engine_server::{LoopEngine, LoopEngineServer};
+use slm_runtime::Transport;
+
+use crate::demo::{DEMO_NAME, DemoGate, DemoRunner, demo_iterations};
+use crate::domain::stop_reasons::last_gate_reason;
+use crate::domain::{
+    Bounds, LoopSpec, NoApprover, Outcome, Rung, SystemClock, new_run_id, run_bounded_loop,
+};
+use crate::kill::KillFiles;
+use crate::ledger::{ServiceLedger, TeeLedger};
+
+type RunStream = Pin<Box<dyn Stream<Item = Result<pb::RunEvent, Status>> + Send>>;
+
+/// Rows buffered for a slow listener before the run waits for it.
+const EVENT_BUFFER: usize = 256;
+
+#[derive(Clone)]
+pub struct LoopEngineService {
+    ledger: LedgerClient<Transport>,
+    kill: Arc<KillFiles>,
+    active: Arc<Mutex<BTreeSet<String>>>,
+}
+
+pub fn outcome_to_pb(o: Outcome) -> pb::RunOutcome {
+    pb::RunOutcome {
+        status: o.status.as_str().to_string(),
+        reason: o.reason.clone(),
+        laps: o.laps,
+        run_id: o.run_id,
+        write_errors: o.write_errors,
+        receipt_reason: String::new(),
+        bound_reason: o.reason,
+    }
+}
+
+impl LoopEngineService {
+    /// `data_root` holds the kill files; None leaves only `SLM_LOOP_KILL`.
+    pub fn new(ledger: LedgerClient<Transport>, data_root: Option<&Path>) -> Self {
+        Self {
+            ledger,
+            kill: Arc::new(KillFiles::new(data_root)),
+            active: Arc::default(),
+        }
+    }
+
+    pub fn into_server(self) -> LoopEngineServer<Self> {
+        LoopEngineServer::new(self)
+    }
+
+    fn start_demo(&self, profile_id: String, spec: pb::DemoSpec) -> Result<RunStream, Status> {
+        let bounds = Bounds::with_max_iterations(demo_iterations(spec.iterations))
+            .map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let run_id = new_run_id(DEMO_NAME);
+        let (tx, rx) = mpsc::channel(EVENT_BUFFER);
+        let mut ledger = TeeLedger {
+            inner: ServiceLedger {
+                client: self.ledger.clone(),
+                profile_id,
+                agent_id: "slm-loop-demo".into(),
+            },
+            events: tx.clone(),
+        };
+        let kill = self.kill.clone();
+        let active = self.active.clone();
+        active.lock().unwrap().insert(run_id.clone());
+        tokio::spawn(async move {
+            let switch = kill.switch_for(&run_id);
+            let outcome = run_bounded_loop(
+                LoopSpec {
+                    name: DEMO_NAME,
+                    bounds: &bounds,
+                    rung: Rung::L1,
+                    run_id: Some(run_id.clone()),
+                },
+                &mut DemoRunner,
+                &mut DemoGate,
+                &mut ledger,
+                None::<&mut NoApprover>,
+                &switch,
+                &SystemClock::new(),
+            )
+            .await;
+            active.lock().unwrap().remove(&run_id);
+            let _ = kill.clear(Some(&run_id));
+            let _ = tx
+                .send(Ok(pb::RunEvent {
+                    event: Some(pb::run_event::Event::Outcome(outcome_to_pb(outcome))),
+                }))
+                .await;
+        });
+        Ok(Box::pin(ReceiverStream::new(rx)))
+    }
+}
+
+fn required(value: &str, what: &str) -> Result<String, Status> {
+    let v = value.trim();
+    if v.is_empty() {
+        Err(Status::invalid_argument(format!("{what} is required")))
+    } else {
+        Ok(v.to_string())
+    }
+}
+
+#[tonic::async_trait]
+impl LoopEngine for LoopEngineService {
+    type RunLoopStream = RunStream;
+
+    async fn run_loop(
+        &self,
+        req: Request<pb::RunLoopRequest>,
+    ) -> Result<Response<Self::RunLoopStream>, Status> {
+        let r = req.into_inner();
+        match r.kind {
+            Some(pb::run_loop_request::Kind::Demo(spec)) => {
+                Ok(Response::new(self.start_demo(r.profile_id, spec)?))
+            }
+            Some(pb::run_loop_request::Kind::Watch(_)) => Err(Status::unimplemented(
+                "the slm_loop_run watcher is not available in this build yet",
+            )),
+            None => Err(Status::invalid_argument(
+                "a loop kind (demo or watch) is required",
+            )),
+        }
+    }
+
+    async fn history(
+        &self,
+        req: Request<pb::HistoryRequest>,
+    ) -> Result<Response<pb::HistoryResponse>, Status> {
+        let r = req.into_inner();
+        let name = required(&r.name, "name")?;
+        let page = self
+            .ledger
+            .clone()
+            .list_loop_runs(pb::ListLoopRunsRequest {
+                profile_id: r.profile_id,
+                name: name.clone(),
+                limit: r.limit,
+                cursor: r.cursor,
+            })
+            .await?
+            .into_inner();
+        let runs = page
+            .runs
+            .into_iter()
+            .map(|run| {
+                let gate = (!run.gate_detail.is_empty())
+                    .then_some((run.gate_detail.as_str(), run.gate_passed));
+                pb::RunSummary {
+                    reason: last_gate_reason(gate, &run.last_detail),
+                    run_id: run.run_id,
+                    laps: run.rows,
+                    r#final: if run.r#final.is_empty() {
+                        "unknown".into()
+                    } else {
+                        run.r#final
+                    },
+                    ts: run.last_ts,
+                }
+            })
+            .collect();
+        Ok(Response::new(pb::HistoryResponse {
+            name,
+            runs,
+            next_cursor: page.next_cursor,
+        }))
+    }
+
+    async fn show(
+        &self,
+        req: Request<pb::ShowRequest>,
+    ) -> Result<Response<pb::ShowResponse>, Status> {
+        let r = req.into_inner();
+        let run_id = required(&r.run_id, "run_id")?;
+        let laps = self
+            .ledger
+            .clone()
+            .list_run_laps(pb::ListRunLapsRequest {
+                profile_id: r.profile_id,
+                run_id: run_id.clone(),
+                limit: r.limit,
+            })
+            .await?
+            .into_inner()
+            .laps;
+        Ok(Response::new(pb::ShowResponse { run_id, laps }))
+    }
+
+    async fn kill(
+        &self,
+        req: Request<pb::KillRequest>,
+    ) -> Result<Response<pb::KillResponse>, Status> {
+        let r = req.into_inner();
+        let run = Some(r.run_id.trim()).filter(|s| !s.is_empty());
+        let io = |e: std::io::Error| Status::failed_precondition(format!("kill switch: {e}"));
+        if r.clear {
+            self.kill.clear(run).map_err(io)?;
+        } else {
+            self.kill.engage(run).map_err(io)?;
+        }
+        let active = self.active.lock().unwrap();
+        let run_ids = match run {
+            _ if r.clear => Vec::new(),
+            None => active.iter().cloned().collect(),
+            Some(id) => active.iter().filter(|a| *a == id).cloned().collect(),
+        };
+        Ok(Response::new(pb::KillResponse {
+            engaged: !r.clear,
+            run_ids,
+        }))
+    }
+}
