@@ -10,11 +10,13 @@ use slm_proto::v1 as pb;
 use slm_runtime::DataRoot;
 
 use crate::cli::ProfileCommand;
-use crate::services::{LEDGER_DB, SERVE_LOCK, Services};
+use crate::services::{LEDGER_DB, RECEIPT_DB, SERVE_LOCK, Services};
 use crate::{print_json, rpc};
+use slm_runtime::config::peer_url;
 
 /// The databases a backup holds, by file name in the data root.
-const DATABASES: &[&str] = &[LEDGER_DB];
+const DATABASES: &[&str] = &[LEDGER_DB, RECEIPT_DB];
+const REMOTE: &str = "backup and restore work on the data root of this machine; unset SLM_LEDGER_URL and SLM_RECEIPT_URL and run them on the host that holds the data";
 const MANIFEST: &str = "backup.json";
 
 pub async fn profile(s: &mut Services, c: ProfileCommand) -> anyhow::Result<i32> {
@@ -77,6 +79,9 @@ pub async fn profile(s: &mut Services, c: ProfileCommand) -> anyhow::Result<i32>
 }
 
 pub async fn backup(s: &mut Services, dest: &Path, json: bool) -> anyhow::Result<i32> {
+    let dbs = s
+        .embedded_databases()
+        .ok_or_else(|| anyhow::anyhow!(REMOTE))?;
     let dest = std::path::absolute(dest)?;
     if dest.exists() {
         bail!("backup destination {} already exists", dest.display());
@@ -89,15 +94,14 @@ pub async fn backup(s: &mut Services, dest: &Path, json: bool) -> anyhow::Result
             .create(&dest)
             .with_context(|| format!("creating {}", dest.display()))?;
     }
-    let r = s
-        .ledger
-        .backup(pb::BackupRequest {
-            destination: dest.join(LEDGER_DB).display().to_string(),
-        })
-        .await
-        .map_err(rpc)?
-        .into_inner();
-    let files = vec![json!({"file": LEDGER_DB, "bytes": r.bytes, "service": "ledger"})];
+    let mut files = Vec::new();
+    for (file, db) in dbs {
+        let bytes = db
+            .backup_to(&dest.join(file))
+            .await
+            .with_context(|| format!("backing up {file}"))?;
+        files.push(json!({"file": file, "bytes": bytes}));
+    }
     let manifest = json!({
         "format": "slm-backup/v1",
         "created_at": slm_runtime::time::now_iso(),
@@ -111,12 +115,14 @@ pub async fn backup(s: &mut Services, dest: &Path, json: bool) -> anyhow::Result
     if json {
         print_json(&json!({"ok": true, "destination": dest.display().to_string(), "files": files}));
     } else {
-        println!(
-            "backed up {} ({} bytes) to {}",
-            LEDGER_DB,
-            r.bytes,
-            dest.display()
-        );
+        for f in &files {
+            println!(
+                "backed up {} ({} bytes)",
+                f["file"].as_str().unwrap_or(""),
+                f["bytes"]
+            );
+        }
+        println!("into {}", dest.display());
     }
     Ok(0)
 }
@@ -132,6 +138,9 @@ fn is_sqlite(path: &Path) -> bool {
 }
 
 pub fn restore(src: &Path, json: bool) -> anyhow::Result<i32> {
+    if peer_url("ledger").is_some() || peer_url("receipt").is_some() {
+        bail!(REMOTE);
+    }
     let root = DataRoot::from_env()?;
     root.ensure()?;
     if !src.join(MANIFEST).is_file() {

@@ -45,6 +45,11 @@ pub enum Command {
     /// Bounded loops: the keyless demo, history, one run, the kill switch.
     #[command(subcommand, after_help = EXIT_HELP)]
     Loop(LoopCommand),
+    /// Operator-registered checks: register, run, gate status, list. Needs the
+    /// operator credential (SLM_OPERATOR_TOKEN_FILE or SLM_OPERATOR_TOKEN, or
+    /// the data root's own when working on it directly).
+    #[command(subcommand, after_help = CHECK_HELP)]
+    Check(CheckCommand),
     /// Profiles: list, create, delete (with every memory they hold).
     #[command(subcommand)]
     Profile(ProfileCommand),
@@ -130,6 +135,84 @@ pub enum LoopCommand {
     },
 }
 
+pub const CHECK_HELP: &str = "\
+Exit status: 0 PASS / gate passed, 3 FAIL receipt / gate refused, 1 refused or error.
+
+Example:
+  slm check register --task build --watcher build --producer operator-checker \\
+      --cwd ~/proj --check tests pytest.ini --artifact 'src/**/*.py' -- python3 -m pytest tests
+  slm check run <job_id>
+  slm check status <job_id> --watcher build";
+
+#[derive(Subcommand, Debug)]
+pub enum CheckCommand {
+    /// Pin a check: copies the check files into the content-addressed store
+    /// and records the command, the working folder and the artifacts the
+    /// agent may change. Prints the job id the watcher's gate_contract needs.
+    Register {
+        #[arg(long)]
+        task: String,
+        /// The loop name whose watcher this job serves.
+        #[arg(long)]
+        watcher: String,
+        /// Who produces receipts; must differ from the running agent.
+        #[arg(long)]
+        producer: String,
+        /// The approved project folder (default: the current folder).
+        #[arg(long)]
+        cwd: Option<PathBuf>,
+        /// Check files to pin (paths or globs inside --cwd).
+        #[arg(long = "check", num_args = 1.., value_name = "PATH")]
+        check: Vec<String>,
+        /// Mutable artifacts the agent may change (paths or globs).
+        #[arg(long = "artifact", num_args = 1.., value_name = "GLOB")]
+        artifact: Vec<String>,
+        /// Lifetime in seconds (1..86400; default 3600).
+        #[arg(long, default_value_t = 3600, allow_negative_numbers = true)]
+        ttl: i64,
+        /// Accept receipts produced before a watcher started.
+        #[arg(long)]
+        allow_prestart_evidence: bool,
+        #[arg(long)]
+        json: bool,
+        /// The command, as an argument vector (no shell).
+        #[arg(last = true, required = true, value_name = "ARGV")]
+        argv: Vec<String>,
+    },
+    /// Run a registered check on copied inputs, contained, and store a
+    /// signed receipt (exit status and hashes, never the output).
+    Run {
+        job_id: String,
+        /// Seconds (0.1..60; default 30).
+        #[arg(long, default_value_t = 30.0)]
+        timeout: f64,
+        #[arg(long)]
+        json: bool,
+    },
+    /// What the receipt gate says for a job and watcher now.
+    Status {
+        job_id: String,
+        #[arg(long)]
+        watcher: String,
+        /// The running agent's identity (default: SLM_AGENT_ID or mcp_client).
+        #[arg(long)]
+        agent: Option<String>,
+        /// Watcher start time (ISO-8601); default: accept receipts since
+        /// registration.
+        #[arg(long)]
+        since: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Registered jobs with their latest receipt.
+    List {
+        #[arg(long, default_value_t = 50)]
+        limit: u32,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
 #[derive(Subcommand, Debug)]
 pub enum ProfileCommand {
     List {
@@ -166,6 +249,12 @@ impl Command {
                 | LoopCommand::History { json, .. }
                 | LoopCommand::Show { json, .. }
                 | LoopCommand::Kill { json, .. },
+            ) => *json,
+            Command::Check(
+                CheckCommand::Register { json, .. }
+                | CheckCommand::Run { json, .. }
+                | CheckCommand::Status { json, .. }
+                | CheckCommand::List { json, .. },
             ) => *json,
             Command::Profile(
                 ProfileCommand::List { json }

@@ -107,7 +107,11 @@ async fn history(
     limit: Option<u32>,
     json: bool,
 ) -> anyhow::Result<i32> {
-    let want = limit.map(|l| l as usize).unwrap_or(usize::MAX);
+    // No limit, or 0, lists every run.
+    let want = limit
+        .filter(|l| *l > 0)
+        .map(|l| l as usize)
+        .unwrap_or(usize::MAX);
     let mut runs = Vec::new();
     let mut cursor = String::new();
     let mut name_out = name.clone();

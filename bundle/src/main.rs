@@ -1,6 +1,7 @@
 //! `slm`: the bounded-loops system as one local binary.
 
 mod admin_cmd;
+mod check_cmd;
 mod cli;
 mod loop_cmd;
 mod memory_cmd;
@@ -40,6 +41,7 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
                 Command::Remember(a) => memory_cmd::remember(&mut s, &profile, a).await,
                 Command::Recall(a) => memory_cmd::recall(&mut s, &profile, a).await,
                 Command::Loop(c) => loop_cmd::run(&mut s, &profile, c).await,
+                Command::Check(c) => check_cmd::run(&mut s, &profile, c).await,
                 Command::Profile(c) => admin_cmd::profile(&mut s, c).await,
                 Command::Backup { dest, json } => admin_cmd::backup(&mut s, &dest, json).await,
                 Command::Serve(_) | Command::Restore { .. } => unreachable!("handled above"),
@@ -52,6 +54,15 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
 
 fn main() {
     let cli = Cli::parse();
+    if !matches!(cli.command, Command::Serve(_)) {
+        // A one-shot command piped into `head` should end quietly, as Unix
+        // tools do, instead of failing on a closed stdout. (`slm serve`
+        // keeps Rust's default so a closed peer is an error, not a signal.)
+        // SAFETY: restoring the default disposition before any thread starts.
+        unsafe {
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        }
+    }
     let json = cli.command.json();
     slm_runtime::telemetry::init("warn");
     let runtime = match tokio::runtime::Builder::new_multi_thread()

@@ -38,6 +38,9 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<i32> {
     if let Some(svc) = s.local_loop_engine.clone() {
         routes.add_service(svc);
     }
+    if let Some(svc) = s.local_receipt.clone() {
+        routes.add_service(svc);
+    }
     let router = tonic::transport::Server::builder().add_routes(routes.routes());
     let listener = tokio::net::TcpListener::bind(args.grpc)
         .await

@@ -135,6 +135,37 @@ impl Db {
     pub async fn close(&self) {
         self.pool.close().await;
     }
+
+    /// Writes a consistent copy of an SQLite database to a new file while
+    /// other connections keep reading and writing (`VACUUM INTO`). Returns
+    /// the size of the copy.
+    pub async fn backup_to(&self, dest: &std::path::Path) -> Result<u64, BackupError> {
+        if self.backend != Backend::Sqlite {
+            return Err(BackupError::Unsupported);
+        }
+        let path = dest.to_str().ok_or(BackupError::BadPath)?;
+        if path.contains('\0') {
+            return Err(BackupError::BadPath);
+        }
+        self.pool
+            .execute(sqlx::AssertSqlSafe(format!(
+                "VACUUM INTO '{}'",
+                path.replace('\'', "''")
+            )))
+            .await
+            .map_err(BackupError::Db)?;
+        Ok(std::fs::metadata(dest).map(|m| m.len()).unwrap_or(0))
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum BackupError {
+    #[error("backups of a PostgreSQL database are made with pg_dump")]
+    Unsupported,
+    #[error("backup destination must be valid UTF-8 without NUL")]
+    BadPath,
+    #[error("backup failed: {0}")]
+    Db(sqlx::Error),
 }
 
 fn ensure_parent_dir(url: &str) -> Result<(), DbError> {

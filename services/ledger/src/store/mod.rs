@@ -149,6 +149,10 @@ impl Store {
         self.db.close().await
     }
 
+    pub fn db(&self) -> &Db {
+        &self.db
+    }
+
     pub async fn remember(
         &self,
         m: &NewMemory,
@@ -388,28 +392,13 @@ impl Store {
         Ok(memories)
     }
 
-    /// A consistent copy of an SQLite database into a new file, taken while
-    /// other connections keep reading and writing.
+    /// A consistent copy of the database into a new file, taken while other
+    /// connections keep reading and writing.
     pub async fn backup_to(&self, dest: &std::path::Path) -> Result<u64, LedgerError> {
-        if self.db.backend != Backend::Sqlite {
-            return Err(LedgerError::Unsupported(
-                "backup of a PostgreSQL ledger is done with pg_dump".into(),
-            ));
-        }
-        let path = dest
-            .to_str()
-            .ok_or_else(|| LedgerError::Invalid("backup destination must be valid UTF-8".into()))?;
-        if path.contains('\0') {
-            return Err(LedgerError::Invalid(
-                "backup destination must not contain NUL".into(),
-            ));
-        }
-        sqlx::query(AssertSqlSafe(format!(
-            "VACUUM INTO '{}'",
-            path.replace('\'', "''")
-        )))
-        .execute(&self.db.pool)
-        .await?;
-        Ok(std::fs::metadata(dest).map(|m| m.len()).unwrap_or(0))
+        self.db.backup_to(dest).await.map_err(|e| match e {
+            slm_runtime::db::BackupError::Unsupported => LedgerError::Unsupported(e.to_string()),
+            slm_runtime::db::BackupError::BadPath => LedgerError::Invalid(e.to_string()),
+            slm_runtime::db::BackupError::Db(e) => LedgerError::from(e),
+        })
     }
 }

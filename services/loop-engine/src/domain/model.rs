@@ -568,5 +568,4 @@ mod tests {
             assert_eq!(round3(input), expected, "{input}");
         }
     }
-
 }

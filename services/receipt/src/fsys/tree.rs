@@ -1,0 +1,288 @@
+//! Directory handles that never follow a symlink. A trusted prefix (the
+//! project folder, the data root, a run folder) is canonicalised once; below
+//! it every open is `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)`, so a
+//! symlink swapped in anywhere below makes the open fail instead of escaping
+//! (spec RECEIPT-10, GAP-07).
+
+use std::fs::File;
+use std::io::{Read, Write};
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use rustix::fs::{FileType, Mode, OFlags, ResolveFlags, fchmod, fstat, mkdirat, openat2};
+use rustix::io::Errno;
+use sha2::{Digest, Sha256};
+
+use crate::domain::canon::hex;
+use crate::domain::job::FileRecord;
+use crate::domain::msg;
+
+const RESOLVE: ResolveFlags = ResolveFlags::BENEATH
+    .union(ResolveFlags::NO_SYMLINKS)
+    .union(ResolveFlags::NO_MAGICLINKS);
+const CHUNK: usize = 1 << 20;
+
+/// Whether this host has safe no-follow directory-relative opens (RECEIPT-08).
+pub fn platform_supported() -> bool {
+    static SUPPORTED: OnceLock<bool> = OnceLock::new();
+    *SUPPORTED.get_or_init(|| {
+        let Ok(root) = rustix::fs::open("/", OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())
+        else {
+            return false;
+        };
+        openat2(
+            &root,
+            ".",
+            OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+            RESOLVE,
+        )
+        .is_ok()
+    })
+}
+
+/// An open directory below which nothing follows a symlink.
+#[derive(Debug)]
+pub struct Dir {
+    fd: OwnedFd,
+    path: PathBuf,
+}
+
+impl Dir {
+    /// Opens a directory by a path that is canonicalised first (symlinks in
+    /// the trusted prefix are resolved once, here).
+    pub fn open(path: &Path) -> std::io::Result<Self> {
+        let path = std::fs::canonicalize(path)?;
+        let fd = rustix::fs::open(
+            &path,
+            OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::RDONLY,
+            Mode::empty(),
+        )?;
+        Ok(Self { fd, path })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The directory `rel` below this one, created (mode 0700) when `create`.
+    pub fn subdir(&self, rel: &str, create: bool) -> std::io::Result<Dir> {
+        let mut fd = rustix::io::dup(&self.fd)?;
+        let mut path = self.path.clone();
+        for part in rel.split('/').filter(|p| !p.is_empty() && *p != ".") {
+            if part == ".." {
+                return Err(std::io::Error::other(msg::PRIVATE_TRAVERSAL));
+            }
+            if create {
+                match mkdirat(&fd, part, Mode::from_raw_mode(0o700)) {
+                    Ok(()) | Err(Errno::EXIST) => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            fd = openat2(
+                &fd,
+                part,
+                OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::RDONLY,
+                Mode::empty(),
+                RESOLVE,
+            )?;
+            path.push(part);
+        }
+        Ok(Dir { fd, path })
+    }
+
+    /// Opens a regular file for reading, refusing symlinks anywhere on the
+    /// way and special files (opened non-blocking so a FIFO cannot hang).
+    pub fn open_regular(&self, rel: &str) -> Result<File, String> {
+        let fd = openat2(
+            &self.fd,
+            rel,
+            OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NOCTTY,
+            Mode::empty(),
+            RESOLVE,
+        )
+        .map_err(|_| msg::INPUT_IO.to_string())?;
+        let st = fstat(&fd).map_err(|_| msg::INPUT_IO.to_string())?;
+        if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
+            return Err(msg::INPUT_SPECIAL.into());
+        }
+        // Back to blocking reads for the copy.
+        let _ = rustix::fs::fcntl_setfl(&fd, OFlags::RDONLY);
+        Ok(File::from(fd))
+    }
+
+    /// Creates a new private file (0600, exclusive), making parents (0700).
+    pub fn create_file(&self, rel: &str) -> std::io::Result<File> {
+        let (parent, name) = match rel.rsplit_once('/') {
+            Some((p, n)) => (self.subdir(p, true)?, n),
+            None => (self.subdir("", false)?, rel),
+        };
+        let fd = openat2(
+            &parent.fd,
+            name,
+            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::from_raw_mode(0o600),
+            RESOLVE,
+        )?;
+        Ok(File::from(fd))
+    }
+
+    /// Sets this directory's mode to 0700.
+    pub fn make_private(&self) -> std::io::Result<()> {
+        fchmod(&self.fd, Mode::from_raw_mode(0o700))?;
+        Ok(())
+    }
+
+    pub fn stat(&self) -> std::io::Result<rustix::fs::Stat> {
+        Ok(fstat(&self.fd)?)
+    }
+}
+
+fn hash_reader(mut r: impl Read, mut sink: Option<&mut File>) -> std::io::Result<String> {
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; CHUNK];
+    loop {
+        let n = r.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        if let Some(out) = sink.as_deref_mut() {
+            out.write_all(&buf[..n])?;
+        }
+        h.update(&buf[..n]);
+    }
+    Ok(hex(&h.finalize()))
+}
+
+/// Runs `f` over `items` on a few threads, keeping order; the first error
+/// wins.
+fn par_map<T: Sync, R: Send>(
+    items: &[T],
+    f: impl Fn(&T) -> Result<R, String> + Sync,
+) -> Result<Vec<R>, String> {
+    let threads = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+        .clamp(1, 8)
+        .min(items.len().div_ceil(16).max(1));
+    if threads <= 1 {
+        return items.iter().map(&f).collect();
+    }
+    let chunk = items.len().div_ceil(threads);
+    std::thread::scope(|s| {
+        let handles: Vec<_> = items
+            .chunks(chunk)
+            .map(|c| s.spawn(|| c.iter().map(&f).collect::<Result<Vec<R>, String>>()))
+            .collect();
+        let mut out = Vec::with_capacity(items.len());
+        for h in handles {
+            out.extend(h.join().map_err(|_| msg::INPUT_IO.to_string())??);
+        }
+        Ok(out)
+    })
+}
+
+/// Hashes files in place (no copy), in parallel.
+pub fn hash_files(root: &Dir, files: &[String]) -> Result<Vec<FileRecord>, String> {
+    par_map(files, |rel| {
+        let f = root.open_regular(rel)?;
+        let sha256 = hash_reader(f, None).map_err(|_| msg::INPUT_IO.to_string())?;
+        Ok(FileRecord {
+            path: rel.clone(),
+            sha256,
+        })
+    })
+}
+
+/// Copies files into `dst`, hashing exactly the bytes written (RECEIPT-14).
+pub fn copy_files(src: &Dir, files: &[String], dst: &Dir) -> Result<Vec<FileRecord>, String> {
+    par_map(files, |rel| {
+        let f = src.open_regular(rel)?;
+        let mut out = dst
+            .create_file(rel)
+            .map_err(|_| msg::INPUT_IO.to_string())?;
+        let sha256 = hash_reader(f, Some(&mut out)).map_err(|_| msg::INPUT_IO.to_string())?;
+        Ok(FileRecord {
+            path: rel.clone(),
+            sha256,
+        })
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn symlinks_below_the_root_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("sub")).unwrap();
+        std::fs::write(dir.path().join("sub/a.txt"), b"hello").unwrap();
+        std::os::unix::fs::symlink(dir.path().join("sub"), dir.path().join("link")).unwrap();
+        std::os::unix::fs::symlink("/etc/passwd", dir.path().join("pw")).unwrap();
+        let root = Dir::open(dir.path()).unwrap();
+        assert!(platform_supported());
+        let recs = hash_files(&root, &["sub/a.txt".into()]).unwrap();
+        assert_eq!(
+            recs[0].sha256,
+            "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824"
+        );
+        assert_eq!(
+            hash_files(&root, &["link/a.txt".into()]).unwrap_err(),
+            msg::INPUT_IO
+        );
+        assert_eq!(
+            hash_files(&root, &["pw".into()]).unwrap_err(),
+            msg::INPUT_IO
+        );
+        assert_eq!(
+            hash_files(&root, &["../x".into()]).unwrap_err(),
+            msg::INPUT_IO
+        );
+        assert!(root.subdir("link", false).is_err());
+    }
+
+    #[test]
+    fn fifos_are_refused_without_hanging() {
+        let dir = tempfile::tempdir().unwrap();
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            dir.path().join("fifo"),
+            FileType::Fifo,
+            Mode::from_raw_mode(0o600),
+            0,
+        )
+        .unwrap();
+        let root = Dir::open(dir.path()).unwrap();
+        assert_eq!(
+            hash_files(&root, &["fifo".into()]).unwrap_err(),
+            msg::INPUT_SPECIAL
+        );
+    }
+
+    #[test]
+    fn copies_are_private_and_hash_what_was_written() {
+        let src = tempfile::tempdir().unwrap();
+        let dst = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(src.path().join("a/b")).unwrap();
+        let files: Vec<String> = (0..40).map(|i| format!("a/b/f{i:02}")).collect();
+        for f in &files {
+            std::fs::write(src.path().join(f), f.as_bytes()).unwrap();
+        }
+        let s = Dir::open(src.path()).unwrap();
+        let d = Dir::open(dst.path()).unwrap();
+        let copied = copy_files(&s, &files, &d).unwrap();
+        assert_eq!(copied, hash_files(&s, &files).unwrap());
+        assert_eq!(copied.len(), 40);
+        use std::os::unix::fs::PermissionsExt;
+        let meta = std::fs::metadata(dst.path().join("a/b/f07")).unwrap();
+        assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+        assert_eq!(
+            std::fs::read(dst.path().join("a/b/f07")).unwrap(),
+            b"a/b/f07"
+        );
+        // Exclusive: copying again onto existing files fails.
+        assert_eq!(copy_files(&s, &files, &d).unwrap_err(), msg::INPUT_IO);
+    }
+}
