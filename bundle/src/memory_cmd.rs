@@ -49,6 +49,7 @@ pub async fn recall(s: &mut Services, profile: &str, a: RecallArgs) -> anyhow::R
             limit: a.limit,
             tag: a.tag,
             evidence_floor: None,
+            exclude_loop_rows: false,
         })
         .await
         .map_err(rpc)?

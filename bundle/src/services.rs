@@ -60,17 +60,6 @@ impl Services {
             }
         };
         let ledger = LedgerClient::new(ledger_transport);
-        let (loop_transport, local_loop_engine) = match peer_url("loop-engine") {
-            Some(url) => (
-                remote(&url).map_err(|e| anyhow::anyhow!("SLM_LOOP_ENGINE_URL: {e}"))?,
-                None,
-            ),
-            None => {
-                let server =
-                    LoopEngineService::new(ledger.clone(), Some(root.path())).into_server();
-                (in_process(server.clone()), Some(server))
-            }
-        };
         let (receipt_transport, local_receipt, embedded_receipts, local_operator_token) =
             match peer_url("receipt") {
                 Some(url) => (
@@ -99,11 +88,24 @@ impl Services {
                     )
                 }
             };
+        let receipt = ReceiptClient::new(receipt_transport);
+        let (loop_transport, local_loop_engine) = match peer_url("loop-engine") {
+            Some(url) => (
+                remote(&url).map_err(|e| anyhow::anyhow!("SLM_LOOP_ENGINE_URL: {e}"))?,
+                None,
+            ),
+            None => {
+                let server = LoopEngineService::new(ledger.clone(), Some(root.path()))
+                    .with_receipt(receipt.clone())
+                    .into_server();
+                (in_process(server.clone()), Some(server))
+            }
+        };
         Ok(Self {
             root,
             ledger,
             loop_engine: LoopEngineClient::new(loop_transport),
-            receipt: ReceiptClient::new(receipt_transport),
+            receipt,
             local_operator_token,
             local_ledger,
             local_loop_engine,

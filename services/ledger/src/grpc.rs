@@ -3,9 +3,11 @@
 
 use std::path::Path;
 use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
 
 use futures::Stream;
-use tokio::sync::broadcast;
+use tokio::sync::{OnceCell, broadcast};
 use tokio_stream::StreamExt;
 use tokio_stream::wrappers::BroadcastStream;
 use tonic::{Request, Response, Status};
@@ -30,12 +32,56 @@ const EVENT_BUFFER: usize = 4096;
 pub struct LedgerService {
     store: Store,
     events: broadcast::Sender<StoredMemory>,
+    /// Highest memory id already broadcast.
+    published: Arc<AtomicI64>,
+    /// Started on the first subscription: relays other processes' writes.
+    feed: Arc<OnceCell<()>>,
 }
 
 impl LedgerService {
     pub fn new(store: Store) -> Self {
         let (events, _) = broadcast::channel(EVENT_BUFFER);
-        Self { store, events }
+        Self {
+            store,
+            events,
+            published: Arc::default(),
+            feed: Arc::default(),
+        }
+    }
+
+    /// Relays memories written by other processes on the same SQLite file
+    /// (PostgreSQL deployments use LISTEN/NOTIFY instead).
+    async fn start_feed(&self) {
+        self.feed
+            .get_or_init(|| async {
+                let Some(file) = self.store.db().sqlite_file.clone() else {
+                    return;
+                };
+                let Some(mut ticks) = slm_runtime::change_feed::watch_sqlite(&file) else {
+                    return;
+                };
+                if let Ok(max) = self.store.max_memory_id().await {
+                    self.published.fetch_max(max, Ordering::SeqCst);
+                }
+                let this = self.clone();
+                tokio::spawn(async move {
+                    while ticks.changed().await.is_ok() {
+                        if this.events.receiver_count() == 0 {
+                            continue;
+                        }
+                        let after = this.published.load(Ordering::SeqCst);
+                        let Ok(new) = this.store.memories_after(after, 1000).await else {
+                            continue;
+                        };
+                        for m in new {
+                            if this.published.fetch_max(m.id, Ordering::SeqCst) < m.id {
+                                let _ = this.events.send(m);
+                            }
+                        }
+                    }
+                });
+            })
+            .await;
     }
 
     pub fn into_server(self) -> LedgerServer<Self> {
@@ -49,6 +95,7 @@ impl LedgerService {
     }
 
     fn publish(&self, m: &StoredMemory) {
+        self.published.fetch_max(m.id, Ordering::SeqCst);
         // No subscriber is not an error.
         let _ = self.events.send(m.clone());
     }
@@ -210,6 +257,7 @@ impl Ledger for LedgerService {
             .map_err(status)?;
         let scored = candidates
             .into_iter()
+            .filter(|m| !r.exclude_loop_rows || LapRecord::from_json(&m.content).is_none())
             .map(|m| {
                 let s = recall::coverage(&terms, &m.content);
                 (m, s)
@@ -402,7 +450,9 @@ impl Ledger for LedgerService {
         let r = req.into_inner();
         let profile = self.read_profile(&r.profile_id).await.map_err(status)?;
         let tag = r.tag.trim().to_string();
-        let stream = BroadcastStream::new(self.events.subscribe()).filter_map(move |ev| match ev {
+        let rx = self.events.subscribe();
+        self.start_feed().await;
+        let stream = BroadcastStream::new(rx).filter_map(move |ev| match ev {
             Ok(m) if m.profile_id == profile && (tag.is_empty() || m.tags.contains(&tag)) => {
                 Some(Ok(pb::MemoryEvent {
                     memory: Some(memory_to_pb(m)),

@@ -413,6 +413,11 @@ async fn loop_ledger_is_indexed_and_paged(backend: &str) {
     assert_eq!(laps[1].budget.as_ref().unwrap().tokens, 16);
     assert_eq!(laps[1].runner_log, "log");
 
+    // A watcher's recall can leave every lap (and anything shaped like one) out.
+    let mut q = recall("gate ok");
+    q.exclude_loop_rows = true;
+    assert!(c.recall(q).await.unwrap().into_inner().results.is_empty());
+
     // The ledger is memory: tag search and recall find laps.
     let mut q = recall("gate");
     q.tag = "loop:build".into();
@@ -547,6 +552,35 @@ async fn backup_is_a_consistent_copy(backend: &str) {
         .unwrap_err();
     assert_eq!(err.code(), Code::AlreadyExists);
     let _ = &e.store;
+}
+
+/// A memory written through another connection pool (as another process
+/// would) still reaches subscribers: the SQLite change feed relays it.
+#[tokio::test]
+async fn sqlite_watchers_see_other_writers() {
+    let mut e = env("sqlite").await;
+    let mut stream = e
+        .client
+        .watch_memories(pb::WatchMemoriesRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    let url = {
+        let file = e.store.db().sqlite_file.clone().unwrap();
+        slm_runtime::config::sqlite_url(&file)
+    };
+    let other = Store::open(&url).await.unwrap();
+    let mut other_client = LedgerClient::new(in_process(LedgerService::new(other).into_server()));
+    other_client
+        .remember(remember("written elsewhere", &[]))
+        .await
+        .unwrap();
+    let ev = tokio::time::timeout(std::time::Duration::from_secs(5), stream.next())
+        .await
+        .expect("the change feed relays another writer's memory")
+        .unwrap()
+        .unwrap();
+    assert_eq!(ev.memory.unwrap().content, "written elsewhere");
 }
 
 macro_rules! both_backends {

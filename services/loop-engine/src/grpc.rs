@@ -6,24 +6,30 @@ use std::collections::BTreeSet;
 use std::path::Path;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use futures::Stream;
-use tokio::sync::mpsc;
+use tokio::sync::{Notify, mpsc};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
 use slm_proto::v1 as pb;
 use slm_proto::v1::ledger_client::LedgerClient;
 use slm_proto::v1::loop_engine_server::{LoopEngine, LoopEngineServer};
+use slm_proto::v1::receipt_client::ReceiptClient;
 use slm_runtime::Transport;
 
 use crate::demo::{DEMO_NAME, DemoGate, DemoRunner, demo_iterations};
+use crate::domain::Status as RunStatus;
 use crate::domain::stop_reasons::last_gate_reason;
+use crate::domain::stop_reasons::watcher_reason;
+use crate::domain::watch;
 use crate::domain::{
     Bounds, LoopSpec, NoApprover, Outcome, Rung, SystemClock, new_run_id, run_bounded_loop,
 };
 use crate::kill::KillFiles;
 use crate::ledger::{ServiceLedger, TeeLedger};
+use crate::watch::{WatchGate, WatchRunner, subscribe_wakeups};
 
 type RunStream = Pin<Box<dyn Stream<Item = Result<pb::RunEvent, Status>> + Send>>;
 
@@ -33,6 +39,7 @@ const EVENT_BUFFER: usize = 256;
 #[derive(Clone)]
 pub struct LoopEngineService {
     ledger: LedgerClient<Transport>,
+    receipt: Option<ReceiptClient<Transport>>,
     kill: Arc<KillFiles>,
     active: Arc<Mutex<BTreeSet<String>>>,
 }
@@ -54,13 +61,46 @@ impl LoopEngineService {
     pub fn new(ledger: LedgerClient<Transport>, data_root: Option<&Path>) -> Self {
         Self {
             ledger,
+            receipt: None,
             kill: Arc::new(KillFiles::new(data_root)),
             active: Arc::default(),
         }
     }
 
+    /// The receipt service the watcher's gate asks. Without one, every
+    /// watcher lap is refused ("no registered job or execution receipt").
+    pub fn with_receipt(mut self, receipt: ReceiptClient<Transport>) -> Self {
+        self.receipt = Some(receipt);
+        self
+    }
+
     pub fn into_server(self) -> LoopEngineServer<Self> {
         LoopEngineServer::new(self)
+    }
+
+    /// Registers a run, drives `run` to its outcome on a task, then sends
+    /// the outcome after the rows it streamed.
+    fn spawn_run(
+        &self,
+        run_id: String,
+        tx: mpsc::Sender<Result<pb::RunEvent, Status>>,
+        rx: mpsc::Receiver<Result<pb::RunEvent, Status>>,
+        run: impl Future<Output = pb::RunOutcome> + Send + 'static,
+    ) -> RunStream {
+        let kill = self.kill.clone();
+        let active = self.active.clone();
+        active.lock().unwrap().insert(run_id.clone());
+        tokio::spawn(async move {
+            let outcome = run.await;
+            active.lock().unwrap().remove(&run_id);
+            let _ = kill.clear(Some(&run_id));
+            let _ = tx
+                .send(Ok(pb::RunEvent {
+                    event: Some(pb::run_event::Event::Outcome(outcome)),
+                }))
+                .await;
+        });
+        Box::pin(ReceiverStream::new(rx))
     }
 
     fn start_demo(&self, profile_id: String, spec: pb::DemoSpec) -> Result<RunStream, Status> {
@@ -68,25 +108,23 @@ impl LoopEngineService {
             .map_err(|e| Status::invalid_argument(e.to_string()))?;
         let run_id = new_run_id(DEMO_NAME);
         let (tx, rx) = mpsc::channel(EVENT_BUFFER);
-        let mut ledger = TeeLedger {
-            inner: ServiceLedger {
+        let mut ledger = TeeLedger::new(
+            ServiceLedger {
                 client: self.ledger.clone(),
                 profile_id,
                 agent_id: "slm-loop-demo".into(),
             },
-            events: tx.clone(),
-        };
-        let kill = self.kill.clone();
-        let active = self.active.clone();
-        active.lock().unwrap().insert(run_id.clone());
-        tokio::spawn(async move {
-            let switch = kill.switch_for(&run_id);
+            tx.clone(),
+        );
+        let switch = self.kill.switch_for(&run_id);
+        let id = run_id.clone();
+        let run = async move {
             let outcome = run_bounded_loop(
                 LoopSpec {
                     name: DEMO_NAME,
                     bounds: &bounds,
                     rung: Rung::L1,
-                    run_id: Some(run_id.clone()),
+                    run_id: Some(id),
                 },
                 &mut DemoRunner,
                 &mut DemoGate,
@@ -96,15 +134,116 @@ impl LoopEngineService {
                 &SystemClock::new(),
             )
             .await;
-            active.lock().unwrap().remove(&run_id);
-            let _ = kill.clear(Some(&run_id));
-            let _ = tx
-                .send(Ok(pb::RunEvent {
-                    event: Some(pb::run_event::Event::Outcome(outcome_to_pb(outcome))),
-                }))
-                .await;
-        });
-        Ok(Box::pin(ReceiverStream::new(rx)))
+            outcome_to_pb(outcome)
+        };
+        Ok(self.spawn_run(run_id, tx, rx, run))
+    }
+
+    async fn start_watch(
+        &self,
+        profile_id: String,
+        spec: pb::WatchSpec,
+    ) -> Result<RunStream, Status> {
+        let name = watch::validate_name(&spec.name).map_err(Status::invalid_argument)?;
+        let query = watch::validate_query(&spec.gate_query).map_err(Status::invalid_argument)?;
+        let limits = watch::limits(
+            i64::from(spec.max_iterations),
+            spec.max_wallclock_s,
+            spec.poll_interval_s,
+            spec.max_tokens,
+            i64::from(spec.no_progress_window),
+        );
+        let bounds = Bounds::new(
+            limits.max_iterations,
+            limits.no_progress_window,
+            limits.max_tokens,
+            Some(limits.max_wallclock_s),
+            None,
+        )
+        .map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let agent_id = if spec.agent_id.trim().is_empty() {
+            "mcp_client".to_string()
+        } else {
+            spec.agent_id.clone()
+        };
+        let run_id = new_run_id(&name);
+        // Open the wake-up subscriptions before the first lap.
+        let wake = Arc::new(Notify::new());
+        let job_id = serde_json::from_str::<serde_json::Value>(&spec.contract_json)
+            .ok()
+            .and_then(|v| v.get("job_id").and_then(|j| j.as_str()).map(str::to_string))
+            .unwrap_or_default();
+        let mut ledger_client = self.ledger.clone();
+        let mut receipt_client = self.receipt.clone();
+        let subscriptions = subscribe_wakeups(
+            &mut ledger_client,
+            receipt_client.as_mut(),
+            &profile_id,
+            &job_id,
+            wake.clone(),
+        )
+        .await;
+        let (tx, rx) = mpsc::channel(EVENT_BUFFER);
+        let mut ledger = TeeLedger::new(
+            ServiceLedger {
+                client: self.ledger.clone(),
+                profile_id: profile_id.clone(),
+                agent_id: agent_id.clone(),
+            },
+            tx.clone(),
+        );
+        let mut runner = WatchRunner {
+            wake,
+            poll: Duration::from_secs_f64(limits.poll_interval_s),
+        };
+        let mut gate = WatchGate {
+            ledger: self.ledger.clone(),
+            receipt: self.receipt.clone(),
+            profile_id,
+            name: name.clone(),
+            query,
+            min_score: spec.gate_min_score,
+            require_support: spec.require_support,
+            contract_json: spec.contract_json,
+            agent_id,
+            started_at: slm_runtime::time::now_iso(),
+            receipt_reason: String::new(),
+        };
+        let switch = self.kill.switch_for(&run_id);
+        let id = run_id.clone();
+        let run = async move {
+            let outcome = run_bounded_loop(
+                LoopSpec {
+                    name: &name,
+                    bounds: &bounds,
+                    rung: Rung::L1,
+                    run_id: Some(id),
+                },
+                &mut runner,
+                &mut gate,
+                &mut ledger,
+                None::<&mut NoApprover>,
+                &switch,
+                &SystemClock::new(),
+            )
+            .await;
+            for t in subscriptions {
+                t.abort();
+            }
+            let receipt_reason = gate.receipt_reason().to_string();
+            let reason = watcher_reason(
+                outcome.status == RunStatus::Halt,
+                &outcome.reason,
+                &receipt_reason,
+                ledger.last_gate.as_ref().map(|(d, p)| (d.as_str(), *p)),
+                &ledger.last_detail,
+            );
+            let mut pb = outcome_to_pb(outcome);
+            pb.reason = reason;
+            pb.receipt_reason = receipt_reason;
+            pb
+        };
+        Ok(self.spawn_run(run_id, tx, rx, run))
     }
 }
 
@@ -130,9 +269,9 @@ impl LoopEngine for LoopEngineService {
             Some(pb::run_loop_request::Kind::Demo(spec)) => {
                 Ok(Response::new(self.start_demo(r.profile_id, spec)?))
             }
-            Some(pb::run_loop_request::Kind::Watch(_)) => Err(Status::unimplemented(
-                "the slm_loop_run watcher is not available in this build yet",
-            )),
+            Some(pb::run_loop_request::Kind::Watch(spec)) => {
+                Ok(Response::new(self.start_watch(r.profile_id, spec).await?))
+            }
             None => Err(Status::invalid_argument(
                 "a loop kind (demo or watch) is required",
             )),

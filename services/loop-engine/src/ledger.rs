@@ -52,14 +52,33 @@ impl Ledger for ServiceLedger {
 }
 
 /// Passes every row to a live listener as well (the RunLoop stream), whether
-/// or not the durable write succeeded.
+/// or not the durable write succeeded, and remembers what explains the end.
 pub struct TeeLedger<L> {
     pub inner: L,
     pub events: mpsc::Sender<Result<pb::RunEvent, tonic::Status>>,
+    /// The newest row's detail.
+    pub last_detail: String,
+    /// The newest gate row's detail and pass flag.
+    pub last_gate: Option<(String, bool)>,
+}
+
+impl<L> TeeLedger<L> {
+    pub fn new(inner: L, events: mpsc::Sender<Result<pb::RunEvent, tonic::Status>>) -> Self {
+        Self {
+            inner,
+            events,
+            last_detail: String::new(),
+            last_gate: None,
+        }
+    }
 }
 
 impl<L: Ledger> Ledger for TeeLedger<L> {
     async fn append(&mut self, row: &LedgerRow) -> Result<(), String> {
+        self.last_detail = row.detail.clone();
+        if is_gate_row(&row.detail) {
+            self.last_gate = Some((row.detail.clone(), row.passed));
+        }
         let result = self.inner.append(row).await;
         // A listener that went away does not stop the run.
         let _ = self

@@ -6,7 +6,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{Mutex, broadcast};
+use std::sync::atomic::{AtomicI64, Ordering};
+
+use tokio::sync::{Mutex, OnceCell, broadcast};
 
 use slm_runtime::time::{format_iso, now_iso};
 
@@ -83,7 +85,22 @@ pub struct Checks {
     data_root: PathBuf,
     run_lock: Arc<Mutex<()>>,
     events: broadcast::Sender<ReceiptEvent>,
+    /// Highest receipt seq already broadcast.
+    published: Arc<AtomicI64>,
+    /// Started on the first subscription: relays other processes' receipts.
+    feed: Arc<OnceCell<()>>,
     containment: ContainmentChoice,
+}
+
+impl ReceiptEvent {
+    fn of(r: &Receipt) -> Self {
+        Self {
+            profile_id: r.profile_id.clone(),
+            job_id: r.run_id.clone(),
+            receipt_id: r.receipt_id.clone(),
+            verdict: r.verdict.clone(),
+        }
+    }
 }
 
 fn now_us() -> i64 {
@@ -133,6 +150,8 @@ impl Checks {
             data_root: data_root.to_path_buf(),
             run_lock: Arc::default(),
             events,
+            published: Arc::default(),
+            feed: Arc::default(),
             containment: ContainmentChoice::from_env(),
         }
     }
@@ -145,8 +164,41 @@ impl Checks {
         &self.data_root
     }
 
-    pub fn subscribe(&self) -> broadcast::Receiver<ReceiptEvent> {
-        self.events.subscribe()
+    /// New receipts, from this process and (on SQLite) from any other
+    /// process writing the same database.
+    pub async fn subscribe(&self) -> broadcast::Receiver<ReceiptEvent> {
+        let rx = self.events.subscribe();
+        self.feed
+            .get_or_init(|| async {
+                let Some(file) = self.store.db().sqlite_file.clone() else {
+                    return;
+                };
+                let Some(mut ticks) = slm_runtime::change_feed::watch_sqlite(&file) else {
+                    return;
+                };
+                if let Ok(max) = self.store.max_receipt_seq().await {
+                    self.published.fetch_max(max, Ordering::SeqCst);
+                }
+                let this = self.clone();
+                tokio::spawn(async move {
+                    while ticks.changed().await.is_ok() {
+                        if this.events.receiver_count() == 0 {
+                            continue;
+                        }
+                        let after = this.published.load(Ordering::SeqCst);
+                        let Ok(new) = this.store.receipts_after(after, 1000).await else {
+                            continue;
+                        };
+                        for r in new {
+                            if this.published.fetch_max(r.seq, Ordering::SeqCst) < r.seq {
+                                let _ = this.events.send(ReceiptEvent::of(&r));
+                            }
+                        }
+                    }
+                });
+            })
+            .await;
+        rx
     }
 
     /// Registers a job (spec RECEIPT-02..17). Everything is validated before
@@ -290,12 +342,8 @@ impl Checks {
         );
         receipt.seq = self.store.insert_receipt(&receipt).await?;
         drop(file_lock);
-        let _ = self.events.send(ReceiptEvent {
-            profile_id: receipt.profile_id.clone(),
-            job_id: job.job_id.clone(),
-            receipt_id: receipt.receipt_id.clone(),
-            verdict: receipt.verdict.clone(),
-        });
+        self.published.fetch_max(receipt.seq, Ordering::SeqCst);
+        let _ = self.events.send(ReceiptEvent::of(&receipt));
         progress(format!(
             "{} receipt {}",
             receipt.verdict, receipt.receipt_id

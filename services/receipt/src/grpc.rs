@@ -276,19 +276,20 @@ impl ReceiptRpc for ReceiptService {
         let r = req.into_inner();
         let p = profile(&r.profile_id);
         let job_id = r.job_id;
-        let stream = BroadcastStream::new(self.checks.subscribe()).filter_map(move |ev| match ev {
-            Ok(e) if e.profile_id == p && (job_id.is_empty() || e.job_id == job_id) => {
-                Some(Ok(pb::ReceiptEvent {
-                    job_id: e.job_id,
-                    receipt_id: e.receipt_id,
-                    verdict: e.verdict,
-                }))
-            }
-            Ok(_) => None,
-            Err(_) => Some(Err(Status::data_loss(
-                "receipt events were dropped; re-check the gate",
-            ))),
-        });
+        let stream =
+            BroadcastStream::new(self.checks.subscribe().await).filter_map(move |ev| match ev {
+                Ok(e) if e.profile_id == p && (job_id.is_empty() || e.job_id == job_id) => {
+                    Some(Ok(pb::ReceiptEvent {
+                        job_id: e.job_id,
+                        receipt_id: e.receipt_id,
+                        verdict: e.verdict,
+                    }))
+                }
+                Ok(_) => None,
+                Err(_) => Some(Err(Status::data_loss(
+                    "receipt events were dropped; re-check the gate",
+                ))),
+            });
         Ok(Response::new(Box::pin(stream)))
     }
 }

@@ -45,6 +45,8 @@ pub struct MigrationSet {
 pub struct Db {
     pub pool: AnyPool,
     pub backend: Backend,
+    /// The database file, for an SQLite file database.
+    pub sqlite_file: Option<std::path::PathBuf>,
 }
 
 /// How long an SQLite writer waits for the lock before failing.
@@ -99,7 +101,14 @@ impl Db {
                 .await
                 .map_err(DbError::Open)?,
         };
-        Ok(Self { pool, backend })
+        let sqlite_file = (backend == Backend::Sqlite)
+            .then(|| sqlite_path(url))
+            .flatten();
+        Ok(Self {
+            pool,
+            backend,
+            sqlite_file,
+        })
     }
 
     /// Opens and brings the schema up to date.
@@ -168,12 +177,20 @@ pub enum BackupError {
     Db(sqlx::Error),
 }
 
-fn ensure_parent_dir(url: &str) -> Result<(), DbError> {
+/// The file of an `sqlite://PATH?...` URL (None for in-memory databases).
+fn sqlite_path(url: &str) -> Option<std::path::PathBuf> {
     let path = url
         .trim_start_matches("sqlite://")
         .trim_start_matches("sqlite:");
     let path = path.split('?').next().unwrap_or(path);
-    if let Some(parent) = std::path::Path::new(path).parent()
+    (!path.is_empty() && !path.contains(":memory:")).then(|| std::path::PathBuf::from(path))
+}
+
+fn ensure_parent_dir(url: &str) -> Result<(), DbError> {
+    let Some(path) = sqlite_path(url) else {
+        return Ok(());
+    };
+    if let Some(parent) = path.parent()
         && !parent.as_os_str().is_empty()
         && !parent.exists()
     {

@@ -2,6 +2,7 @@
 //! opened and migrated, how services reach their peers (in process or over a
 //! socket), and logging.
 
+pub mod change_feed;
 pub mod config;
 pub mod db;
 pub mod telemetry;

@@ -265,6 +265,31 @@ impl Store {
         Ok(rows.iter().map(memory_from_row).collect::<Result<_, _>>()?)
     }
 
+    /// Memories stored after `after_id`, oldest first (for change events).
+    pub async fn memories_after(
+        &self,
+        after_id: i64,
+        limit: u32,
+    ) -> Result<Vec<StoredMemory>, LedgerError> {
+        let rows = sqlx::query(AssertSqlSafe(format!(
+            "SELECT {MEMORY_COLUMNS} FROM memories m WHERE m.id > $1 ORDER BY m.id LIMIT $2"
+        )))
+        .bind(after_id)
+        .bind(i64::from(limit))
+        .fetch_all(&self.db.pool)
+        .await?;
+        Ok(rows.iter().map(memory_from_row).collect::<Result<_, _>>()?)
+    }
+
+    pub async fn max_memory_id(&self) -> Result<i64, LedgerError> {
+        Ok(
+            sqlx::query_scalar::<_, Option<i64>>("SELECT MAX(id) FROM memories")
+                .fetch_one(&self.db.pool)
+                .await?
+                .unwrap_or(0),
+        )
+    }
+
     pub async fn list_session(
         &self,
         profile: &str,

@@ -9,6 +9,7 @@ pub mod memory_ledger;
 pub mod model;
 pub mod rules;
 pub mod stop_reasons;
+pub mod watch;
 
 #[cfg(test)]
 mod tests;

@@ -218,6 +218,34 @@ impl Store {
         Ok(seq)
     }
 
+    /// Receipts stored after `after_seq`, oldest first (for change events).
+    pub async fn receipts_after(
+        &self,
+        after_seq: i64,
+        limit: u32,
+    ) -> Result<Vec<Receipt>, StoreError> {
+        let rows = sqlx::query(AssertSqlSafe(format!(
+            "SELECT {RECEIPT_COLUMNS} FROM loop_execution_receipts WHERE seq > $1 ORDER BY seq LIMIT $2"
+        )))
+        .bind(after_seq)
+        .bind(i64::from(limit))
+        .fetch_all(&self.db.pool)
+        .await?;
+        Ok(rows
+            .iter()
+            .map(receipt_from_row)
+            .collect::<Result<_, _>>()?)
+    }
+
+    pub async fn max_receipt_seq(&self) -> Result<i64, StoreError> {
+        Ok(
+            sqlx::query_scalar::<_, Option<i64>>("SELECT MAX(seq) FROM loop_execution_receipts")
+                .fetch_one(&self.db.pool)
+                .await?
+                .unwrap_or(0),
+        )
+    }
+
     /// The newest receipt matching the job's identity (RECEIPT-42): by
     /// production time, then insertion order.
     pub async fn newest_receipt(&self, j: &Job) -> Result<Option<Receipt>, StoreError> {
