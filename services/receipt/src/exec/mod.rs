@@ -376,6 +376,10 @@ async fn run(spec: CheckSpec, mut mode: Mode) -> Execution {
             } else {
                 None
             };
+            let survivor = match survivor {
+                Some(s) => Some(settle_name(s).await),
+                None => None,
+            };
             cg.kill_and_remove().await;
             survivor
         }
@@ -398,6 +402,26 @@ async fn run(spec: CheckSpec, mut mode: Mode) -> Execution {
         containment,
         duration: started.elapsed(),
     }
+}
+
+/// A survivor caught between fork and exec still carries its parent's name
+/// (`sh` for `sleep 30 &`). Which processes survived is already decided;
+/// this only waits a moment (at most 25 ms) for the name to become the
+/// program the check started, so the reason names it.
+async fn settle_name(mut s: subreaper::Survivor) -> subreaper::Survivor {
+    let forked_as = s.name.clone();
+    for _ in 0..25 {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        let now = procfs::comm(s.pid);
+        if now != forked_as {
+            // A process that vanished keeps the name it was seen with.
+            if now != "?" {
+                s.name = now;
+            }
+            break;
+        }
+    }
+    s
 }
 
 /// The earliest-started process among `pids` (still named if it vanished).
