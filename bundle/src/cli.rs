@@ -16,7 +16,8 @@ Exit status:
 
 Environment:
   SLM_DATA_DIR        data root (default $XDG_DATA_HOME/slm or ~/.local/share/slm)
-  SLM_PROFILE         profile to use (default: default)
+  SLM_PROFILE         memory profile to use (default: default; or --profile-id)
+  SLM_MCP_PROFILE     MCP tool profile for `slm mcp` and `slm serve --http`
   SLM_LEDGER_URL      use a remote ledger service (gRPC URL) instead of the data root
   SLM_LOOP_ENGINE_URL use a remote loop-engine service
   SLM_LOOP_KILL       any non-empty value trips the kill switch of loops run here";
@@ -29,8 +30,13 @@ Environment:
     after_help = EXIT_HELP
 )]
 pub struct Cli {
-    /// Profile to read and write.
-    #[arg(long, global = true, env = "SLM_PROFILE", default_value = "")]
+    /// Memory profile to read and write (default: default).
+    #[arg(
+        long = "profile-id",
+        global = true,
+        env = "SLM_PROFILE",
+        default_value = ""
+    )]
     pub profile: String,
     #[command(subcommand)]
     pub command: Command,
@@ -68,8 +74,16 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Run every service in this process on the data root and serve gRPC.
+    /// Run every service in this process on the data root and serve gRPC
+    /// (and MCP over streamable HTTP at /mcp with --http).
     Serve(ServeArgs),
+    /// Serve MCP over stdio for an agent host (Claude Code, Codex, Cursor…).
+    Mcp {
+        /// Tool profile: code, full, power or whole (default: SLM_MCP_PROFILE,
+        /// else full).
+        #[arg(long)]
+        profile: Option<String>,
+    },
 }
 
 #[derive(Args, Debug)]
@@ -236,6 +250,9 @@ pub struct ServeArgs {
     /// gRPC listen address.
     #[arg(long, default_value = "127.0.0.1:50151")]
     pub grpc: std::net::SocketAddr,
+    /// Also serve MCP over streamable HTTP at http://ADDR/mcp.
+    #[arg(long)]
+    pub http: Option<std::net::SocketAddr>,
 }
 
 impl Command {
@@ -262,7 +279,7 @@ impl Command {
                 | ProfileCommand::Delete { json, .. },
             ) => *json,
             Command::Backup { json, .. } | Command::Restore { json, .. } => *json,
-            Command::Serve(_) => false,
+            Command::Serve(_) | Command::Mcp { .. } => false,
         }
     }
 }

@@ -34,6 +34,7 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
     let profile = cli.profile;
     match cli.command {
         Command::Serve(args) => serve_cmd::serve(args).await,
+        Command::Mcp { profile } => serve_cmd::mcp(profile).await,
         Command::Restore { src, json } => admin_cmd::restore(&src, json),
         command => {
             let mut s = Services::connect().await?;
@@ -44,7 +45,9 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
                 Command::Check(c) => check_cmd::run(&mut s, &profile, c).await,
                 Command::Profile(c) => admin_cmd::profile(&mut s, c).await,
                 Command::Backup { dest, json } => admin_cmd::backup(&mut s, &dest, json).await,
-                Command::Serve(_) | Command::Restore { .. } => unreachable!("handled above"),
+                Command::Serve(_) | Command::Mcp { .. } | Command::Restore { .. } => {
+                    unreachable!("handled above")
+                }
             };
             s.close().await;
             code
@@ -54,7 +57,7 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
 
 fn main() {
     let cli = Cli::parse();
-    if !matches!(cli.command, Command::Serve(_)) {
+    if !matches!(cli.command, Command::Serve(_) | Command::Mcp { .. }) {
         // A one-shot command piped into `head` should end quietly, as Unix
         // tools do, instead of failing on a closed stdout. (`slm serve`
         // keeps Rust's default so a closed peer is an error, not a signal.)

@@ -4,6 +4,8 @@ use std::fs::File;
 
 use anyhow::{Context, bail};
 
+use slm_gateway::{Backends, CancellationToken, Gateway, ToolProfile};
+
 use crate::cli::ServeArgs;
 use crate::services::Services;
 
@@ -20,6 +22,32 @@ async fn shutdown_signal() {
     }
     #[cfg(not(unix))]
     let _ = ctrl_c.await;
+}
+
+/// The tool profile: `--profile`, else SLM_MCP_PROFILE / SLM_MCP_ALL_TOOLS.
+fn tool_profile(flag: Option<String>) -> anyhow::Result<ToolProfile> {
+    match flag {
+        Some(p) => p
+            .parse()
+            .map_err(|e: slm_gateway::ParseToolProfileError| anyhow::anyhow!("{}", e.0)),
+        None => ToolProfile::from_env().map_err(|e| anyhow::anyhow!("{}", e.0)),
+    }
+}
+
+fn backends(s: &Services) -> Backends {
+    Backends {
+        ledger: s.ledger.clone(),
+        loop_engine: s.loop_engine.clone(),
+    }
+}
+
+/// `slm mcp`: MCP over stdio; stdout carries only protocol messages.
+pub async fn mcp(profile: Option<String>) -> anyhow::Result<i32> {
+    let profile = tool_profile(profile)?;
+    let s = Services::connect().await?;
+    slm_gateway::serve_stdio(Gateway::new(backends(&s), profile, None)).await?;
+    s.close().await;
+    Ok(0)
 }
 
 pub async fn serve(args: ServeArgs) -> anyhow::Result<i32> {
@@ -50,13 +78,47 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<i32> {
         "slm serve: gRPC on http://{addr} (data root {})",
         s.root.path().display()
     );
-    router
+    let stop = CancellationToken::new();
+    let http = match args.http {
+        Some(http_addr) => {
+            let profile = tool_profile(None)?;
+            let l = tokio::net::TcpListener::bind(http_addr)
+                .await
+                .with_context(|| format!("binding {http_addr}"))?;
+            eprintln!(
+                "slm serve: MCP on http://{}/mcp (tools: {})",
+                l.local_addr()?,
+                profile.as_str()
+            );
+            let stop = stop.clone();
+            Some(tokio::spawn(slm_gateway::serve_http(
+                l,
+                backends(&s),
+                profile,
+                async move { stop.cancelled().await },
+            )))
+        }
+        None => None,
+    };
+    let signal_stop = stop.clone();
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        signal_stop.cancel();
+    });
+    let grpc_stop = stop.clone();
+    let served = router
         .serve_with_incoming_shutdown(
             tokio_stream::wrappers::TcpListenerStream::new(listener),
-            shutdown_signal(),
+            async move { grpc_stop.cancelled().await },
         )
-        .await
-        .context("gRPC server failed")?;
+        .await;
+    stop.cancel();
+    if let Some(h) = http {
+        h.await
+            .context("MCP server task")?
+            .context("MCP server failed")?;
+    }
+    served.context("gRPC server failed")?;
     eprintln!("slm serve: stopped");
     s.close().await;
     drop(lock);

@@ -704,7 +704,7 @@ fn profiles_are_isolated_and_deletable() {
     assert_eq!(ids, BTreeSet::from(["default".into(), "work".into()]));
 
     let w = r.json(&[
-        "--profile",
+        "--profile-id",
         "work",
         "remember",
         "alpha secret plan",
@@ -721,7 +721,7 @@ fn profiles_are_isolated_and_deletable() {
     assert_eq!(parse(&out)["profile_id"], "work");
     r.ok(&["remember", "alpha public plan"]);
 
-    let mut work = contents(&r.json(&["--profile", "work", "recall", "alpha", "--json"]));
+    let mut work = contents(&r.json(&["--profile-id", "work", "recall", "alpha", "--json"]));
     work.sort();
     assert_eq!(work, ["alpha second secret", "alpha secret plan"]);
     assert_eq!(
@@ -729,11 +729,11 @@ fn profiles_are_isolated_and_deletable() {
         ["alpha public plan"]
     );
     // Loop runs are per profile too.
-    let (_, out, _) = r.run(&["--profile", "work", "loop", "demo", "--json"]);
+    let (_, out, _) = r.run(&["--profile-id", "work", "loop", "demo", "--json"]);
     let run_id = parse(&out)["run_id"].as_str().unwrap().to_string();
     assert_eq!(r.json(&["loop", "history", "--json"])["runs"], json!([]));
     assert_eq!(
-        r.json(&["--profile", "work", "loop", "history", "--json"])["runs"][0]["run_id"],
+        r.json(&["--profile-id", "work", "loop", "history", "--json"])["runs"][0]["run_id"],
         run_id.as_str()
     );
 
@@ -743,11 +743,11 @@ fn profiles_are_isolated_and_deletable() {
     // Two memories plus the demo's three ledger rows.
     assert_eq!(d["memories_deleted"], 5, "{d}");
 
-    let (code, out, err) = r.run(&["--profile", "work", "recall", "alpha"]);
+    let (code, out, err) = r.run(&["--profile-id", "work", "recall", "alpha"]);
     assert_eq!(code, 1, "{out}");
     assert!(err.contains("There is no profile 'work'"), "{err}");
     assert_eq!(err.lines().count(), 1, "{err}");
-    let (code, out, _) = r.run(&["--profile", "work", "recall", "alpha", "--json"]);
+    let (code, out, _) = r.run(&["--profile-id", "work", "recall", "alpha", "--json"]);
     assert_eq!(code, 1);
     assert!(
         parse(&out)["error"]
