@@ -3,17 +3,15 @@
 
 use std::path::Path;
 use std::pin::Pin;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, Ordering};
 
 use futures::Stream;
-use tokio::sync::{OnceCell, broadcast};
 use tokio_stream::StreamExt;
 use tokio_stream::wrappers::BroadcastStream;
 use tonic::{Request, Response, Status};
 
 use slm_proto::v1 as pb;
 use slm_proto::v1::ledger_server::{Ledger, LedgerServer};
+use slm_runtime::events::EventHub;
 use slm_runtime::time::now_iso;
 
 use crate::domain::entry::{Budget, LAP_IMPORTANCE};
@@ -31,57 +29,35 @@ const EVENT_BUFFER: usize = 4096;
 #[derive(Clone)]
 pub struct LedgerService {
     store: Store,
-    events: broadcast::Sender<StoredMemory>,
-    /// Highest memory id already broadcast.
-    published: Arc<AtomicI64>,
-    /// Started on the first subscription: relays other processes' writes.
-    feed: Arc<OnceCell<()>>,
+    events: EventHub<StoredMemory>,
 }
 
 impl LedgerService {
     pub fn new(store: Store) -> Self {
-        let (events, _) = broadcast::channel(EVENT_BUFFER);
         Self {
             store,
-            events,
-            published: Arc::default(),
-            feed: Arc::default(),
+            events: EventHub::new(EVENT_BUFFER),
         }
     }
 
-    /// Relays memories written by other processes on the same SQLite file
-    /// (PostgreSQL deployments use LISTEN/NOTIFY instead).
-    async fn start_feed(&self) {
-        self.feed
-            .get_or_init(|| async {
-                let Some(file) = self.store.db().sqlite_file.clone() else {
-                    return;
-                };
-                let Some(mut ticks) = slm_runtime::change_feed::watch_sqlite(&file) else {
-                    return;
-                };
-                if let Ok(max) = self.store.max_memory_id().await {
-                    self.published.fetch_max(max, Ordering::SeqCst);
-                }
-                let this = self.clone();
-                tokio::spawn(async move {
-                    while ticks.changed().await.is_ok() {
-                        if this.events.receiver_count() == 0 {
-                            continue;
-                        }
-                        let after = this.published.load(Ordering::SeqCst);
-                        let Ok(new) = this.store.memories_after(after, 1000).await else {
-                            continue;
-                        };
-                        for m in new {
-                            if this.published.fetch_max(m.id, Ordering::SeqCst) < m.id {
-                                let _ = this.events.send(m);
-                            }
-                        }
+    /// New memories from this process and, on SQLite, from any other
+    /// process writing the same file (PostgreSQL uses LISTEN/NOTIFY).
+    async fn subscribe(&self) -> tokio::sync::broadcast::Receiver<StoredMemory> {
+        let store = self.store.clone();
+        let relay_store = self.store.clone();
+        self.events
+            .subscribe(
+                self.store.db().sqlite_file.clone(),
+                async move { store.max_memory_id().await.ok() },
+                move |after, limit| {
+                    let s = relay_store.clone();
+                    async move {
+                        let rows = s.memories_after(after, limit).await.ok()?;
+                        Some(rows.into_iter().map(|m| (m.id, m)).collect())
                     }
-                });
-            })
-            .await;
+                },
+            )
+            .await
     }
 
     pub fn into_server(self) -> LedgerServer<Self> {
@@ -95,9 +71,7 @@ impl LedgerService {
     }
 
     fn publish(&self, m: &StoredMemory) {
-        self.published.fetch_max(m.id, Ordering::SeqCst);
-        // No subscriber is not an error.
-        let _ = self.events.send(m.clone());
+        self.events.publish(m.id, m.clone());
     }
 
     async fn read_profile(&self, raw: &str) -> Result<String, LedgerError> {
@@ -450,8 +424,7 @@ impl Ledger for LedgerService {
         let r = req.into_inner();
         let profile = self.read_profile(&r.profile_id).await.map_err(status)?;
         let tag = r.tag.trim().to_string();
-        let rx = self.events.subscribe();
-        self.start_feed().await;
+        let rx = self.subscribe().await;
         let stream = BroadcastStream::new(rx).filter_map(move |ev| match ev {
             Ok(m) if m.profile_id == profile && (tag.is_empty() || m.tags.contains(&tag)) => {
                 Some(Ok(pb::MemoryEvent {

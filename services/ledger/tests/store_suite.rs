@@ -6,52 +6,20 @@
 use slm_ledger::{LedgerService, Store};
 use slm_proto::v1 as pb;
 use slm_proto::v1::ledger_client::LedgerClient;
+use slm_runtime::testing::TestDatabase;
 use slm_runtime::transport::{Transport, in_process};
-use sqlx::Executor;
 use tokio_stream::StreamExt;
 use tonic::Code;
 
 enum Cleanup {
     Dir(#[allow(dead_code)] tempfile::TempDir),
-    Pg { admin: String, name: String },
+    Pg(#[allow(dead_code)] TestDatabase),
 }
 
 struct Env {
     client: LedgerClient<Transport>,
     store: Store,
     _cleanup: Cleanup,
-}
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        if let Cleanup::Pg { admin, name } = self {
-            let (admin, name) = (admin.clone(), name.clone());
-            // Drop the test database from a fresh runtime: Drop cannot await.
-            std::thread::spawn(move || {
-                let rt = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .unwrap();
-                rt.block_on(async {
-                    if let Ok(db) = slm_runtime::Db::open(&admin).await {
-                        let _ = db
-                            .pool
-                            .execute(sqlx::AssertSqlSafe(format!(
-                                "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
-                            )))
-                            .await;
-                    }
-                });
-            })
-            .join()
-            .unwrap();
-        }
-    }
-}
-
-fn pg_admin_url() -> String {
-    std::env::var("SLM_TEST_POSTGRES_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into())
 }
 
 async fn env(backend: &str) -> Env {
@@ -62,18 +30,8 @@ async fn env(backend: &str) -> Env {
             (url, Cleanup::Dir(dir))
         }
         _ => {
-            let admin = pg_admin_url();
-            let name = format!("slm_test_{}", uuid::Uuid::new_v4().simple());
-            let db = slm_runtime::Db::open(&admin)
-                .await
-                .expect("PostgreSQL must be reachable at SLM_TEST_POSTGRES_URL");
-            db.pool
-                .execute(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
-                .await
-                .unwrap();
-            db.close().await;
-            let base = admin.rsplit_once('/').unwrap().0;
-            (format!("{base}/{name}"), Cleanup::Pg { admin, name })
+            let pg = TestDatabase::create("slm_test").await;
+            (pg.url.clone(), Cleanup::Pg(pg))
         }
     };
     let store = Store::open(&url).await.unwrap();

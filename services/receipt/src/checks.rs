@@ -6,10 +6,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use std::sync::atomic::{AtomicI64, Ordering};
+use tokio::sync::{Mutex, broadcast};
 
-use tokio::sync::{Mutex, OnceCell, broadcast};
-
+use slm_runtime::events::EventHub;
 use slm_runtime::time::{format_iso, now_iso};
 
 use crate::domain::evidence::{self, Measurement, Receipt};
@@ -84,11 +83,7 @@ pub struct Checks {
     store: Store,
     data_root: PathBuf,
     run_lock: Arc<Mutex<()>>,
-    events: broadcast::Sender<ReceiptEvent>,
-    /// Highest receipt seq already broadcast.
-    published: Arc<AtomicI64>,
-    /// Started on the first subscription: relays other processes' receipts.
-    feed: Arc<OnceCell<()>>,
+    events: EventHub<ReceiptEvent>,
     containment: ContainmentChoice,
 }
 
@@ -144,14 +139,11 @@ fn same_records(a: &[FileRecord], b: &[FileRecord]) -> bool {
 
 impl Checks {
     pub fn new(store: Store, data_root: &Path) -> Self {
-        let (events, _) = broadcast::channel(1024);
         Self {
             store,
             data_root: data_root.to_path_buf(),
             run_lock: Arc::default(),
-            events,
-            published: Arc::default(),
-            feed: Arc::default(),
+            events: EventHub::new(1024),
             containment: ContainmentChoice::from_env(),
         }
     }
@@ -167,38 +159,21 @@ impl Checks {
     /// New receipts, from this process and (on SQLite) from any other
     /// process writing the same database.
     pub async fn subscribe(&self) -> broadcast::Receiver<ReceiptEvent> {
-        let rx = self.events.subscribe();
-        self.feed
-            .get_or_init(|| async {
-                let Some(file) = self.store.db().sqlite_file.clone() else {
-                    return;
-                };
-                let Some(mut ticks) = slm_runtime::change_feed::watch_sqlite(&file) else {
-                    return;
-                };
-                if let Ok(max) = self.store.max_receipt_seq().await {
-                    self.published.fetch_max(max, Ordering::SeqCst);
-                }
-                let this = self.clone();
-                tokio::spawn(async move {
-                    while ticks.changed().await.is_ok() {
-                        if this.events.receiver_count() == 0 {
-                            continue;
-                        }
-                        let after = this.published.load(Ordering::SeqCst);
-                        let Ok(new) = this.store.receipts_after(after, 1000).await else {
-                            continue;
-                        };
-                        for r in new {
-                            if this.published.fetch_max(r.seq, Ordering::SeqCst) < r.seq {
-                                let _ = this.events.send(ReceiptEvent::of(&r));
-                            }
-                        }
+        let store = self.store.clone();
+        let relay_store = self.store.clone();
+        self.events
+            .subscribe(
+                self.store.db().sqlite_file.clone(),
+                async move { store.max_receipt_seq().await.ok() },
+                move |after, limit| {
+                    let s = relay_store.clone();
+                    async move {
+                        let rows = s.receipts_after(after, limit).await.ok()?;
+                        Some(rows.iter().map(|r| (r.seq, ReceiptEvent::of(r))).collect())
                     }
-                });
-            })
-            .await;
-        rx
+                },
+            )
+            .await
     }
 
     /// Registers a job (spec RECEIPT-02..17). Everything is validated before
@@ -342,8 +317,7 @@ impl Checks {
         );
         receipt.seq = self.store.insert_receipt(&receipt).await?;
         drop(file_lock);
-        self.published.fetch_max(receipt.seq, Ordering::SeqCst);
-        let _ = self.events.send(ReceiptEvent::of(&receipt));
+        self.events.publish(receipt.seq, ReceiptEvent::of(&receipt));
         progress(format!(
             "{} receipt {}",
             receipt.verdict, receipt.receipt_id

@@ -12,8 +12,8 @@ use slm_receipt::domain::msg;
 use slm_receipt::fsys::keys;
 use slm_receipt::grpc::{OPERATOR_HEADER, ReceiptService};
 use slm_receipt::store::Store;
+use slm_runtime::testing::TestDatabase;
 use slm_runtime::transport::{Transport, in_process};
-use sqlx::Executor;
 use tokio_stream::StreamExt;
 use tonic::Code;
 
@@ -23,36 +23,7 @@ struct Env {
     project: tempfile::TempDir,
     data: tempfile::TempDir,
     store: Store,
-    _pg: Option<PgDb>,
-}
-
-struct PgDb {
-    admin: String,
-    name: String,
-}
-
-impl Drop for PgDb {
-    fn drop(&mut self) {
-        let (admin, name) = (self.admin.clone(), self.name.clone());
-        std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            rt.block_on(async {
-                if let Ok(db) = slm_runtime::Db::open(&admin).await {
-                    let _ = db
-                        .pool
-                        .execute(sqlx::AssertSqlSafe(format!(
-                            "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
-                        )))
-                        .await;
-                }
-            });
-        })
-        .join()
-        .unwrap();
-    }
+    _pg: Option<TestDatabase>,
 }
 
 async fn env(backend: &str) -> Env {
@@ -64,19 +35,8 @@ async fn env(backend: &str) -> Env {
             None,
         )
     } else {
-        let admin = std::env::var("SLM_TEST_POSTGRES_URL")
-            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
-        let name = format!("slm_rtest_{}", uuid::Uuid::new_v4().simple());
-        let db = slm_runtime::Db::open(&admin)
-            .await
-            .expect("PostgreSQL reachable");
-        db.pool
-            .execute(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
-            .await
-            .unwrap();
-        db.close().await;
-        let base = admin.rsplit_once('/').unwrap().0.to_string();
-        (format!("{base}/{name}"), Some(PgDb { admin, name }))
+        let pg = TestDatabase::create("slm_rtest").await;
+        (pg.url.clone(), Some(pg))
     };
     let store = Store::open(&url).await.unwrap();
     let token = keys::operator_token(data.path(), true).unwrap();

@@ -5,7 +5,10 @@
 pub mod change_feed;
 pub mod config;
 pub mod db;
+pub mod events;
 pub mod telemetry;
+#[cfg(feature = "test-support")]
+pub mod testing;
 pub mod time;
 pub mod transport;
 
