@@ -77,7 +77,7 @@ pub async fn run(s: &mut Services, profile: &str, c: CheckCommand) -> anyhow::Re
                         artifact_paths: artifact,
                         check_paths: check,
                         allow_prestart_evidence,
-                        ttl_seconds: ttl,
+                        ttl_seconds: Some(ttl),
                     },
                 )?)
                 .await

@@ -50,6 +50,15 @@ impl Root {
         run(slm(&self.data()).args(args))
     }
 
+    fn run_env(&self, args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
+        let mut c = slm(&self.data());
+        c.args(args);
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        run(&mut c)
+    }
+
     /// Runs, asserts exit 0, and returns stdout.
     fn ok(&self, args: &[&str]) -> String {
         let (code, out, err) = self.run(args);
@@ -73,6 +82,10 @@ fn slm(data: &Path) -> Command {
         .env_remove("SLM_PROFILE")
         .env_remove("SLM_DATABASE_URL")
         .env_remove("SLM_LEDGER_DATABASE_URL")
+        .env_remove("SLM_RECEIPT_URL")
+        .env_remove("SLM_OPERATOR_TOKEN")
+        .env_remove("SLM_OPERATOR_TOKEN_FILE")
+        .env_remove("SLM_AGENT_ID")
         .env_remove("SLM_LOG")
         .stdin(Stdio::null());
     c
@@ -1066,5 +1079,272 @@ fn usage_errors_exit_2() {
     assert!(
         help.contains("  5  loop ended KILLED (kill switch)"),
         "{help}"
+    );
+}
+
+// ---------------------------------------------------------------- checks and the watcher
+
+/// A project with one artifact and a pinned check that passes while the
+/// artifact says "ready".
+fn project(r: &Root) -> PathBuf {
+    let p = r.path("project");
+    std::fs::create_dir_all(p.join("src")).unwrap();
+    std::fs::write(p.join("src/app.txt"), "ready\n").unwrap();
+    std::fs::write(p.join("check.sh"), "grep -q ready src/app.txt\n").unwrap();
+    p
+}
+
+fn register(r: &Root, proj: &Path, watcher: &str) -> String {
+    let v = r.json(&[
+        "check",
+        "register",
+        "--task",
+        "build",
+        "--watcher",
+        watcher,
+        "--producer",
+        "operator-checker",
+        "--cwd",
+        proj.to_str().unwrap(),
+        "--check",
+        "check.sh",
+        "--artifact",
+        "src/*.txt",
+        "--json",
+        "--",
+        "sh",
+        "check.sh",
+    ]);
+    let id = v["job_id"].as_str().unwrap().to_string();
+    assert_eq!(id.len(), 32);
+    assert!(
+        id.bytes()
+            .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+    );
+    assert_eq!(v["watcher_name"], watcher);
+    assert_eq!(v["argv"], json!(["/usr/bin/sh", "check.sh"]));
+    id
+}
+
+#[test]
+fn check_commands_register_run_and_report_the_gate() {
+    let r = Root::new();
+    let proj = project(&r);
+    let job = register(&r, &proj, "build");
+    let (code, out, _) = r.run(&["check", "status", &job, "--watcher", "build", "--json"]);
+    assert_eq!(code, 3);
+    assert_eq!(
+        parse(&out),
+        json!({"passed": false, "reason": "no execution receipt"})
+    );
+
+    let (code, out, err) = r.run(&["check", "run", &job, "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let v = parse(&out);
+    assert_eq!(
+        (v["verdict"].as_str(), v["exit_code"].as_i64()),
+        (Some("PASS"), Some(0))
+    );
+    assert_eq!(v["stop_reason"], Value::Null);
+    assert_eq!(v["containment"], "cgroup-v2");
+    assert_eq!(v["receipt_id"].as_str().unwrap().len(), 32);
+    assert!(
+        err.contains("running /usr/bin/sh"),
+        "progress goes to stderr: {err}"
+    );
+    let v = r.json(&["check", "status", &job, "--watcher", "build", "--json"]);
+    assert_eq!(
+        v,
+        json!({"passed": true, "reason": "authenticated PASS for current copied revision"})
+    );
+    // The running agent cannot be the producer.
+    let (code, out, _) = r.run(&[
+        "check",
+        "status",
+        &job,
+        "--watcher",
+        "build",
+        "--agent",
+        "operator-checker",
+    ]);
+    assert_eq!(
+        (code, out.trim()),
+        (3, "✗ receipt producer is the running agent")
+    );
+
+    std::fs::write(proj.join("src/app.txt"), "broken\n").unwrap();
+    let (code, out, _) = r.run(&["check", "run", &job, "--json"]);
+    assert_eq!(code, 3);
+    assert_eq!(parse(&out)["verdict"], "FAIL");
+    let (code, out, _) = r.run(&["check", "status", &job, "--watcher", "build"]);
+    assert_eq!((code, out.trim()), (3, "✗ check FAILED (exit 1)"));
+
+    let v = r.json(&["check", "list", "--json"]);
+    assert_eq!(v["jobs"][0]["job_id"], job);
+    assert_eq!(v["jobs"][0]["latest"]["verdict"], "FAIL");
+    assert_eq!(v["jobs"][0]["current"], true);
+}
+
+#[test]
+fn check_refusals_are_one_clear_line() {
+    let r = Root::new();
+    let proj = project(&r);
+    let p = proj.to_str().unwrap();
+    let (code, _, err) = r.run(&[
+        "check",
+        "register",
+        "--task",
+        "t",
+        "--watcher",
+        "w",
+        "--producer",
+        "p",
+        "--cwd",
+        p,
+        "--check",
+        "check.sh",
+        "--artifact",
+        "../x",
+        "--",
+        "sh",
+        "check.sh",
+    ]);
+    assert_eq!(
+        (code, err.trim()),
+        (
+            1,
+            "slm: error: Gate inputs require confined, non-runtime relative paths"
+        )
+    );
+    let (code, out, _) = r.run(&[
+        "check",
+        "register",
+        "--task",
+        "t",
+        "--watcher",
+        "w",
+        "--producer",
+        "p",
+        "--cwd",
+        p,
+        "--check",
+        "check.sh",
+        "--artifact",
+        "src/*.txt",
+        "--ttl",
+        "0",
+        "--json",
+        "--",
+        "sh",
+        "check.sh",
+    ]);
+    assert_eq!(code, 1);
+    assert_eq!(
+        parse(&out),
+        json!({"ok": false, "error": "Gate lifetime must be positive and at most one day"})
+    );
+    let job = register(&r, &proj, "w");
+    let (code, _, err) = r.run_env(&["check", "run", &job], &[("SLM_OPERATOR_TOKEN", "forged")]);
+    assert_eq!(code, 1);
+    assert!(err.contains("needs the operator credential"), "{err}");
+    let (code, _, err) = r.run(&["check", "run", &"0".repeat(32)]);
+    assert_eq!(
+        (code, err.trim()),
+        (1, "slm: error: No such operator gate job")
+    );
+}
+
+/// The seed's scenario across real processes: `slm serve` runs a watcher
+/// that waits; the operator runs the check from another process with the
+/// CLI; the watcher learns of the receipt through the change feed and ends
+/// DONE long before its 30 s poll.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_check_run_by_another_process_ends_a_waiting_watcher_done() {
+    use slm_proto::v1 as pb;
+    use slm_proto::v1::loop_engine_client::LoopEngineClient;
+    use tokio_stream::StreamExt;
+
+    let r = Root::new();
+    let proj = project(&r);
+    let job = register(&r, &proj, "build");
+    r.ok(&[
+        "remember",
+        "The build status is checked by the operator's registered job",
+    ]);
+    let port = free_port();
+    let log = r.path("serve.log");
+    let child = slm(&r.data())
+        .args(["serve", "--grpc", &format!("127.0.0.1:{port}")])
+        .stdout(Stdio::null())
+        .stderr(File::create(&log).unwrap())
+        .spawn()
+        .expect("slm serve starts");
+    let mut server = ServerGuard(Some(child));
+    wait_for_port(&mut server, port, &log);
+
+    let mut engine = LoopEngineClient::connect(format!("http://127.0.0.1:{port}"))
+        .await
+        .unwrap();
+    let contract = json!({"job_id": job}).to_string();
+    let watcher = tokio::spawn(async move {
+        let mut s = engine
+            .run_loop(pb::RunLoopRequest {
+                profile_id: String::new(),
+                kind: Some(pb::run_loop_request::Kind::Watch(pb::WatchSpec {
+                    name: "build".into(),
+                    gate_query: "build status".into(),
+                    max_iterations: 100,
+                    max_wallclock_s: 60.0,
+                    poll_interval_s: 30.0,
+                    contract_json: contract,
+                    agent_id: "agent-7".into(),
+                    ..Default::default()
+                })),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        let mut laps = Vec::new();
+        while let Some(ev) = s.next().await {
+            match ev.unwrap().event {
+                Some(pb::run_event::Event::Lap(l)) => laps.push(l),
+                Some(pb::run_event::Event::Outcome(o)) => return (laps, o),
+                None => {}
+            }
+        }
+        panic!("no outcome")
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!watcher.is_finished(), "the watcher waits for the receipt");
+    let data = r.data();
+    let job2 = job.clone();
+    let (code, out, err) =
+        tokio::task::spawn_blocking(
+            move || run(slm(&data).args(["check", "run", &job2, "--json"])),
+        )
+        .await
+        .unwrap();
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(parse(&out)["verdict"], "PASS");
+    let (laps, o) = tokio::time::timeout(Duration::from_secs(10), watcher)
+        .await
+        .expect("DONE well before the 30 s poll")
+        .unwrap();
+    assert_eq!(
+        (o.status.as_str(), o.reason.as_str()),
+        ("DONE", "gate-passed")
+    );
+    assert_eq!(
+        o.receipt_reason,
+        "authenticated PASS for current copied revision"
+    );
+    assert_eq!(laps.last().unwrap().decision, "done");
+    assert_eq!(laps[0].decision, "continue");
+    assert!(
+        laps[0]
+            .detail
+            .ends_with("receipt_reason=no execution receipt"),
+        "{}",
+        laps[0].detail
     );
 }

@@ -57,7 +57,8 @@ pub struct Registration {
     pub artifact_paths: Vec<String>,
     pub check_paths: Vec<String>,
     pub allow_prestart_evidence: bool,
-    pub ttl_seconds: i64,
+    /// None means the default (3600 s).
+    pub ttl_seconds: Option<i64>,
 }
 
 /// A finished run.

@@ -344,8 +344,12 @@ async fn registration_refusals_leave_nothing_behind(backend: &str) {
     let cases: Vec<(pb::RegisterJobRequest, String)> = vec![
         (with(&|r| r.producer = " ".into()), msg::IDENTITY.into()),
         (with(&|r| r.argv = vec![]), msg::ARGV.into()),
-        (with(&|r| r.ttl_seconds = -1), msg::LIFETIME.into()),
-        (with(&|r| r.ttl_seconds = 86_401), msg::LIFETIME.into()),
+        (with(&|r| r.ttl_seconds = Some(0)), msg::LIFETIME.into()),
+        (with(&|r| r.ttl_seconds = Some(-1)), msg::LIFETIME.into()),
+        (
+            with(&|r| r.ttl_seconds = Some(86_401)),
+            msg::LIFETIME.into(),
+        ),
         (
             with(&|r| r.argv = vec![p.join("run.sh").display().to_string()]),
             msg::EXECUTABLE.into(),

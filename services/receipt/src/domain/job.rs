@@ -57,13 +57,9 @@ pub fn validate_identity(fields: &[&str]) -> Result<(), String> {
     Ok(())
 }
 
-/// RECEIPT-05: 0 < ttl <= one day; 0 in the request means the default.
-pub fn ttl(requested: i64) -> Result<i64, String> {
-    let t = if requested == 0 {
-        DEFAULT_TTL_S
-    } else {
-        requested
-    };
+/// RECEIPT-05: 0 < ttl <= one day; unset means the default.
+pub fn ttl(requested: Option<i64>) -> Result<i64, String> {
+    let t = requested.unwrap_or(DEFAULT_TTL_S);
     if t <= 0 || t > MAX_TTL_S {
         return Err(msg::LIFETIME.into());
     }
@@ -151,10 +147,11 @@ mod tests {
     fn identity_and_ttl() {
         assert!(validate_identity(&["a", "b"]).is_ok());
         assert_eq!(validate_identity(&["a", "  "]).unwrap_err(), msg::IDENTITY);
-        assert_eq!(ttl(0).unwrap(), 3600);
-        assert_eq!(ttl(86_400).unwrap(), 86_400);
-        assert_eq!(ttl(86_401).unwrap_err(), msg::LIFETIME);
-        assert_eq!(ttl(-5).unwrap_err(), msg::LIFETIME);
+        assert_eq!(ttl(None).unwrap(), 3600);
+        assert_eq!(ttl(Some(86_400)).unwrap(), 86_400);
+        assert_eq!(ttl(Some(0)).unwrap_err(), msg::LIFETIME);
+        assert_eq!(ttl(Some(86_401)).unwrap_err(), msg::LIFETIME);
+        assert_eq!(ttl(Some(-5)).unwrap_err(), msg::LIFETIME);
     }
 
     #[test]
