@@ -253,6 +253,14 @@ pub struct ServeArgs {
     /// Also serve MCP over streamable HTTP at http://ADDR/mcp.
     #[arg(long)]
     pub http: Option<std::net::SocketAddr>,
+    /// Run only these services (comma-separated: ledger, receipt,
+    /// loop-engine, bridge, gateway); peers are reached at SLM_LEDGER_URL,
+    /// SLM_RECEIPT_URL, SLM_LOOP_ENGINE_URL, SLM_BRIDGE_URL.
+    #[arg(long, value_name = "SERVICE[,SERVICE]")]
+    pub only: Option<String>,
+    /// Database of the services run here (e.g. postgres://user@host/db).
+    #[arg(long, value_name = "URL")]
+    pub database_url: Option<String>,
 }
 
 impl Command {

@@ -6,8 +6,12 @@ use anyhow::{Context, bail};
 
 use slm_gateway::{Backends, CancellationToken, Gateway, ToolProfile};
 
+use slm_proto::v1::ledger_server::LedgerServer;
+use slm_proto::v1::loop_engine_server::LoopEngineServer;
+use slm_proto::v1::receipt_server::ReceiptServer;
+
 use crate::cli::ServeArgs;
-use crate::services::Services;
+use crate::services::{Placement, Role, Services};
 
 async fn shutdown_signal() {
     let ctrl_c = tokio::signal::ctrl_c();
@@ -51,24 +55,62 @@ pub async fn mcp(profile: Option<String>) -> anyhow::Result<i32> {
 }
 
 pub async fn serve(args: ServeArgs) -> anyhow::Result<i32> {
-    let s = Services::connect().await?;
+    let only = match &args.only {
+        Some(list) => Some(
+            list.split(',')
+                .map(str::parse::<Role>)
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| anyhow::anyhow!(e))?,
+        ),
+        None => None,
+    };
+    if only.as_ref().is_some_and(|o| o.contains(&Role::Bridge)) {
+        bail!("the bridge service is not available in this build");
+    }
+    let gateway_here = only.as_ref().is_none_or(|o| o.contains(&Role::Gateway));
+    if args.http.is_some() && !gateway_here {
+        bail!("--http serves the gateway: add gateway to --only");
+    }
+    let placement = Placement {
+        only,
+        database_url: args.database_url.clone(),
+    };
+    let s = Services::connect_with(&placement).await?;
+    // One server at a time per SQLite data root; PostgreSQL needs no lock.
     let lock = File::create(s.lock_path())?;
-    if lock.try_lock().is_err() {
+    if s.uses_sqlite() && lock.try_lock().is_err() {
         bail!(
             "another slm serve already runs on {}",
             s.root.path().display()
         );
     }
+    let (health, health_service) = tonic_health::server::health_reporter();
     let mut routes = tonic::service::RoutesBuilder::default();
     if let Some(svc) = s.local_ledger.clone() {
+        health
+            .set_serving::<LedgerServer<slm_ledger::LedgerService>>()
+            .await;
         routes.add_service(svc);
     }
     if let Some(svc) = s.local_loop_engine.clone() {
+        health
+            .set_serving::<LoopEngineServer<slm_loop_engine::LoopEngineService>>()
+            .await;
         routes.add_service(svc);
     }
     if let Some(svc) = s.local_receipt.clone() {
+        health
+            .set_serving::<ReceiptServer<slm_receipt::grpc::ReceiptService>>()
+            .await;
         routes.add_service(svc);
     }
+    routes.add_service(health_service);
+    let reflection = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(slm_proto::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1()
+        .context("building gRPC reflection")?;
+    routes.add_service(reflection);
     let router = tonic::transport::Server::builder().add_routes(routes.routes());
     let listener = tokio::net::TcpListener::bind(args.grpc)
         .await

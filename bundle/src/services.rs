@@ -16,7 +16,7 @@ use slm_proto::v1::receipt_server::ReceiptServer;
 use slm_receipt::checks::Checks;
 use slm_receipt::grpc::ReceiptService;
 use slm_runtime::config::peer_url;
-use slm_runtime::transport::{in_process, remote};
+use slm_runtime::transport::{in_process, remote, unavailable};
 use slm_runtime::{DataRoot, Transport};
 
 pub const LEDGER_DB: &str = "memory.db";
@@ -40,36 +40,112 @@ pub struct Services {
     embedded_receipts: Option<slm_receipt::store::Store>,
 }
 
+/// The services `slm serve --only` can run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    Ledger,
+    Receipt,
+    LoopEngine,
+    Bridge,
+    Gateway,
+}
+
+impl std::str::FromStr for Role {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.trim() {
+            "ledger" => Ok(Role::Ledger),
+            "receipt" => Ok(Role::Receipt),
+            "loop-engine" => Ok(Role::LoopEngine),
+            "bridge" => Ok(Role::Bridge),
+            "gateway" => Ok(Role::Gateway),
+            other => Err(format!(
+                "unknown service {other:?}: use ledger, receipt, loop-engine, bridge or gateway"
+            )),
+        }
+    }
+}
+
+/// Which services run here and on which database.
+#[derive(Debug, Default, Clone)]
+pub struct Placement {
+    /// None: every service runs in this process.
+    pub only: Option<Vec<Role>>,
+    /// Overrides the database URL of every service run here.
+    pub database_url: Option<String>,
+}
+
+/// How one peer is reached.
+enum Where {
+    Local,
+    Remote(String),
+    Absent,
+}
+
+impl Placement {
+    fn runs(&self, role: Role) -> bool {
+        self.only.as_ref().is_none_or(|o| o.contains(&role))
+    }
+
+    /// A service runs here when asked to; otherwise it is reached at its
+    /// `SLM_<SERVICE>_URL`; with `--only` and no URL it is absent.
+    fn place(&self, role: Role, service: &str) -> Where {
+        if self.only.is_some() && self.runs(role) {
+            return Where::Local;
+        }
+        match peer_url(service) {
+            Some(url) => Where::Remote(url),
+            None if self.only.is_none() => Where::Local,
+            None => Where::Absent,
+        }
+    }
+
+    fn database_url(&self, root: &DataRoot, service: &str, file: &str) -> String {
+        self.database_url
+            .clone()
+            .unwrap_or_else(|| root.database_url(service, file))
+    }
+}
+
+fn transport_for(w: &Where, service: &str, var: &str) -> anyhow::Result<Option<Transport>> {
+    Ok(match w {
+        Where::Local => None,
+        Where::Remote(url) => Some(remote(url).map_err(|e| anyhow::anyhow!("{var}: {e}"))?),
+        Where::Absent => Some(unavailable(format!(
+            "the {service} service does not run in this process; set {var} to reach it"
+        ))),
+    })
+}
+
 impl Services {
+    /// Every service in this process, or remote where `SLM_*_URL` says so.
     pub async fn connect() -> anyhow::Result<Self> {
+        Self::connect_with(&Placement::default()).await
+    }
+
+    pub async fn connect_with(p: &Placement) -> anyhow::Result<Self> {
         let root = DataRoot::from_env()?;
         root.ensure()?;
-        let (ledger_transport, local_ledger, embedded_store) = match peer_url("ledger") {
-            Some(url) => (
-                remote(&url).map_err(|e| anyhow::anyhow!("SLM_LEDGER_URL: {e}"))?,
-                None,
-                None,
-            ),
-            None => {
-                let url = root.database_url("ledger", LEDGER_DB);
-                let store = Store::open(&url).await.with_context(|| {
-                    format!("opening the ledger database in {}", root.path().display())
-                })?;
-                let server = LedgerService::new(store.clone()).into_server();
-                (in_process(server.clone()), Some(server), Some(store))
-            }
-        };
-        let ledger = LedgerClient::new(ledger_transport);
-        let (receipt_transport, local_receipt, embedded_receipts, local_operator_token) =
-            match peer_url("receipt") {
-                Some(url) => (
-                    remote(&url).map_err(|e| anyhow::anyhow!("SLM_RECEIPT_URL: {e}"))?,
-                    None,
-                    None,
-                    None,
-                ),
+        let ledger_at = p.place(Role::Ledger, "ledger");
+        let (ledger_transport, local_ledger, embedded_store) =
+            match transport_for(&ledger_at, "ledger", "SLM_LEDGER_URL")? {
+                Some(t) => (t, None, None),
                 None => {
-                    let url = root.database_url("receipt", RECEIPT_DB);
+                    let url = p.database_url(&root, "ledger", LEDGER_DB);
+                    let store = Store::open(&url).await.with_context(|| {
+                        format!("opening the ledger database in {}", root.path().display())
+                    })?;
+                    let server = LedgerService::new(store.clone()).into_server();
+                    (in_process(server.clone()), Some(server), Some(store))
+                }
+            };
+        let ledger = LedgerClient::new(ledger_transport);
+        let receipt_at = p.place(Role::Receipt, "receipt");
+        let (receipt_transport, local_receipt, embedded_receipts, local_operator_token) =
+            match transport_for(&receipt_at, "receipt", "SLM_RECEIPT_URL")? {
+                Some(t) => (t, None, None, None),
+                None => {
+                    let url = p.database_url(&root, "receipt", RECEIPT_DB);
                     let store = slm_receipt::store::Store::open(&url)
                         .await
                         .with_context(|| {
@@ -89,18 +165,17 @@ impl Services {
                 }
             };
         let receipt = ReceiptClient::new(receipt_transport);
-        let (loop_transport, local_loop_engine) = match peer_url("loop-engine") {
-            Some(url) => (
-                remote(&url).map_err(|e| anyhow::anyhow!("SLM_LOOP_ENGINE_URL: {e}"))?,
-                None,
-            ),
-            None => {
-                let server = LoopEngineService::new(ledger.clone(), Some(root.path()))
-                    .with_receipt(receipt.clone())
-                    .into_server();
-                (in_process(server.clone()), Some(server))
-            }
-        };
+        let loop_at = p.place(Role::LoopEngine, "loop-engine");
+        let (loop_transport, local_loop_engine) =
+            match transport_for(&loop_at, "loop-engine", "SLM_LOOP_ENGINE_URL")? {
+                Some(t) => (t, None),
+                None => {
+                    let server = LoopEngineService::new(ledger.clone(), Some(root.path()))
+                        .with_receipt(receipt.clone())
+                        .into_server();
+                    (in_process(server.clone()), Some(server))
+                }
+            };
         Ok(Self {
             root,
             ledger,
@@ -113,6 +188,17 @@ impl Services {
             embedded_store,
             embedded_receipts,
         })
+    }
+
+    /// Whether a service here keeps its data in an SQLite file of the data
+    /// root (then one `slm serve` at a time may hold it).
+    pub fn uses_sqlite(&self) -> bool {
+        let sqlite = |db: &slm_runtime::Db| db.backend == slm_runtime::Backend::Sqlite;
+        self.embedded_store.as_ref().is_some_and(|s| sqlite(s.db()))
+            || self
+                .embedded_receipts
+                .as_ref()
+                .is_some_and(|s| sqlite(s.db()))
     }
 
     /// The embedded databases by file name, for backups. None when any

@@ -40,14 +40,14 @@ impl LedgerService {
         }
     }
 
-    /// New memories from this process and, on SQLite, from any other
-    /// process writing the same file (PostgreSQL uses LISTEN/NOTIFY).
+    /// New memories from this process and from any other process writing
+    /// the same database (SQLite change feed or PostgreSQL LISTEN/NOTIFY).
     async fn subscribe(&self) -> tokio::sync::broadcast::Receiver<StoredMemory> {
         let store = self.store.clone();
         let relay_store = self.store.clone();
         self.events
             .subscribe(
-                self.store.db().sqlite_file.clone(),
+                self.store.db().change_source(crate::store::CHANGE_CHANNEL),
                 async move { store.max_memory_id().await.ok() },
                 move |after, limit| {
                     let s = relay_store.clone();

@@ -19,6 +19,7 @@ enum Cleanup {
 struct Env {
     client: LedgerClient<Transport>,
     store: Store,
+    url: String,
     _cleanup: Cleanup,
 }
 
@@ -39,6 +40,7 @@ async fn env(backend: &str) -> Env {
     Env {
         client,
         store,
+        url,
         _cleanup: cleanup,
     }
 }
@@ -513,21 +515,17 @@ async fn backup_is_a_consistent_copy(backend: &str) {
 }
 
 /// A memory written through another connection pool (as another process
-/// would) still reaches subscribers: the SQLite change feed relays it.
-#[tokio::test]
-async fn sqlite_watchers_see_other_writers() {
-    let mut e = env("sqlite").await;
+/// would) still reaches subscribers: the SQLite change feed or PostgreSQL
+/// LISTEN/NOTIFY relays it.
+async fn watchers_see_other_writers(backend: &str) {
+    let mut e = env(backend).await;
     let mut stream = e
         .client
         .watch_memories(pb::WatchMemoriesRequest::default())
         .await
         .unwrap()
         .into_inner();
-    let url = {
-        let file = e.store.db().sqlite_file.clone().unwrap();
-        slm_runtime::config::sqlite_url(&file)
-    };
-    let other = Store::open(&url).await.unwrap();
+    let other = Store::open(&e.url).await.unwrap();
     let mut other_client = LedgerClient::new(in_process(LedgerService::new(other).into_server()));
     other_client
         .remember(remember("written elsewhere", &[]))
@@ -558,5 +556,6 @@ both_backends!(
     profiles_isolate_and_delete,
     loop_ledger_is_indexed_and_paged,
     watchers_see_new_memories,
+    watchers_see_other_writers,
     backup_is_a_consistent_copy,
 );

@@ -157,14 +157,14 @@ impl Checks {
         &self.data_root
     }
 
-    /// New receipts, from this process and (on SQLite) from any other
-    /// process writing the same database.
+    /// New receipts, from this process and from any other process writing
+    /// the same database (SQLite change feed or PostgreSQL LISTEN/NOTIFY).
     pub async fn subscribe(&self) -> broadcast::Receiver<ReceiptEvent> {
         let store = self.store.clone();
         let relay_store = self.store.clone();
         self.events
             .subscribe(
-                self.store.db().sqlite_file.clone(),
+                self.store.db().change_source(crate::store::CHANGE_CHANNEL),
                 async move { store.max_receipt_seq().await.ok() },
                 move |after, limit| {
                     let s = relay_store.clone();

@@ -7,7 +7,7 @@
 
 use std::ffi::OsString;
 use std::os::fd::OwnedFd;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use rustix::fs::inotify::{self, CreateFlags, WatchFlags};
 use tokio::io::unix::AsyncFd;
@@ -32,6 +32,46 @@ pub fn watch_sqlite(db_file: &Path) -> Option<watch::Receiver<u64>> {
         unsafe { AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) }.ok()?;
     let (tx, rx) = watch::channel(0u64);
     tokio::spawn(pump(async_fd, name, tx));
+    Some(rx)
+}
+
+/// Where a database announces its writes.
+#[derive(Debug, Clone)]
+pub enum ChangeSource {
+    /// An SQLite file: inotify on it and its WAL.
+    SqliteFile(PathBuf),
+    /// PostgreSQL: `LISTEN` on a channel its insert triggers `NOTIFY`.
+    Postgres { url: String, channel: &'static str },
+}
+
+/// Ticks on every write the source announces. Must be called inside a
+/// tokio runtime; None when the source cannot be watched.
+pub async fn watch(source: &ChangeSource) -> Option<watch::Receiver<u64>> {
+    match source {
+        ChangeSource::SqliteFile(file) => watch_sqlite(file),
+        ChangeSource::Postgres { url, channel } => watch_postgres(url, channel).await,
+    }
+}
+
+/// LISTEN on `channel`. The listener reconnects by itself when the server
+/// restarts; a tick is sent after a reconnect too, so consumers re-read.
+async fn watch_postgres(url: &str, channel: &str) -> Option<watch::Receiver<u64>> {
+    let mut listener = sqlx::postgres::PgListener::connect(url).await.ok()?;
+    listener.listen(channel).await.ok()?;
+    let (tx, rx) = watch::channel(0u64);
+    tokio::spawn(async move {
+        loop {
+            // `try_recv` yields None after the connection was lost and
+            // re-established: notifications may have been missed.
+            match listener.try_recv().await {
+                Ok(_) => tx.send_modify(|n| *n += 1),
+                Err(_) => tokio::time::sleep(std::time::Duration::from_millis(200)).await,
+            }
+            if tx.is_closed() {
+                return;
+            }
+        }
+    });
     Some(rx)
 }
 

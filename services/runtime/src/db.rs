@@ -47,6 +47,7 @@ pub struct Db {
     pub backend: Backend,
     /// The database file, for an SQLite file database.
     pub sqlite_file: Option<std::path::PathBuf>,
+    url: String,
 }
 
 /// How long an SQLite writer waits for the lock before failing.
@@ -108,6 +109,7 @@ impl Db {
             pool,
             backend,
             sqlite_file,
+            url: url.to_string(),
         })
     }
 
@@ -143,6 +145,19 @@ impl Db {
 
     pub async fn close(&self) {
         self.pool.close().await;
+    }
+
+    /// Where other processes' writes to this database show up: the SQLite
+    /// file, or the PostgreSQL channel the service's insert trigger notifies.
+    pub fn change_source(&self, channel: &'static str) -> Option<crate::change_feed::ChangeSource> {
+        use crate::change_feed::ChangeSource;
+        match self.backend {
+            Backend::Sqlite => self.sqlite_file.clone().map(ChangeSource::SqliteFile),
+            Backend::Postgres => Some(ChangeSource::Postgres {
+                url: self.url.clone(),
+                channel,
+            }),
+        }
     }
 
     /// Writes a consistent copy of an SQLite database to a new file while

@@ -1,16 +1,15 @@
 //! A service's stream of new rows (memories, receipts) for event-driven
 //! watchers: rows this process writes are published directly; rows another
-//! process writes to the same SQLite file are found through the change feed
-//! and relayed, once each, in order.
+//! process writes to the same database (SQLite file or PostgreSQL) are found
+//! through the change feed and relayed, once each, in order.
 
 use std::future::Future;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 
 use tokio::sync::{OnceCell, broadcast};
 
-use crate::change_feed::watch_sqlite;
+use crate::change_feed::{ChangeSource, watch};
 
 /// Rows relayed per change-feed tick.
 const RELAY_BATCH: u32 = 1000;
@@ -41,13 +40,13 @@ impl<T: Clone + Send + 'static> EventHub<T> {
         let _ = self.tx.send(item);
     }
 
-    /// Subscribes; on the first call with an SQLite file, also starts
+    /// Subscribes; on the first call with a change source, also starts
     /// relaying rows other processes write. `max_seq` gives the current
     /// newest row; `rows_after(seq, limit)` reads newer rows with their
     /// sequence numbers.
     pub async fn subscribe<M, F, Fut>(
         &self,
-        sqlite_file: Option<PathBuf>,
+        source: Option<ChangeSource>,
         max_seq: M,
         rows_after: F,
     ) -> broadcast::Receiver<T>
@@ -59,7 +58,10 @@ impl<T: Clone + Send + 'static> EventHub<T> {
         let rx = self.tx.subscribe();
         self.relay
             .get_or_init(|| async {
-                let Some(mut ticks) = sqlite_file.as_deref().and_then(watch_sqlite) else {
+                let Some(source) = source else {
+                    return;
+                };
+                let Some(mut ticks) = watch(&source).await else {
                     return;
                 };
                 if let Some(max) = max_seq.await {

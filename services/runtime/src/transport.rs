@@ -36,11 +36,27 @@ where
     BoxCloneSyncService::new(server.map_err(|never: Infallible| match never {}))
 }
 
+/// A transport to a service this process neither runs nor knows the address
+/// of: every call answers UNAVAILABLE with `message` (e.g. which variable to
+/// set), so the caller gets a clear refusal instead of a hang.
+pub fn unavailable(message: String) -> Transport {
+    BoxCloneSyncService::new(tower::service_fn(move |_req: http::Request<Body>| {
+        let status = tonic::Status::unavailable(message.clone());
+        async move { Ok::<_, TransportError>(status.into_http()) }
+    }))
+}
+
 /// A transport over a lazily connected channel to `url`
 /// (e.g. `http://127.0.0.1:50151`).
 pub fn remote(url: &str) -> Result<Transport, BoxError> {
+    // Lazy: the channel connects on first use and reconnects after a peer
+    // restart. A deadline bounds every call until its response starts
+    // (streams then run as long as they need).
     let channel = tonic::transport::Endpoint::from_shared(url.to_string())?
         .connect_timeout(std::time::Duration::from_secs(5))
+        .timeout(std::time::Duration::from_secs(120))
+        .http2_keep_alive_interval(std::time::Duration::from_secs(30))
+        .keep_alive_while_idle(true)
         .connect_lazy();
     Ok(BoxCloneSyncService::new(channel.map_err(TransportError)))
 }

@@ -18,12 +18,22 @@ pub static MIGRATIONS: MigrationSet = MigrationSet {
         description: "ledger init",
         sql: include_str!("../../../../migrations/sqlite/ledger/0001_init.sql"),
     }],
-    postgres: &[Step {
-        version: 1,
-        description: "ledger init",
-        sql: include_str!("../../../../migrations/postgres/ledger/0001_init.sql"),
-    }],
+    postgres: &[
+        Step {
+            version: 1,
+            description: "ledger init",
+            sql: include_str!("../../../../migrations/postgres/ledger/0001_init.sql"),
+        },
+        Step {
+            version: 2,
+            description: "ledger notify",
+            sql: include_str!("../../../../migrations/postgres/ledger/0002_notify.sql"),
+        },
+    ],
 };
+
+/// The PostgreSQL channel new rows are announced on.
+pub const CHANGE_CHANNEL: &str = "slm_memories";
 
 const MEMORY_COLUMNS: &str = "m.id, m.profile_id, m.content, m.tags, m.session_id, m.metadata, m.importance, m.agent_id, m.created_at";
 

@@ -17,12 +17,22 @@ pub static MIGRATIONS: MigrationSet = MigrationSet {
         description: "receipt init",
         sql: include_str!("../../../../migrations/sqlite/receipt/0001_init.sql"),
     }],
-    postgres: &[Step {
-        version: 1,
-        description: "receipt init",
-        sql: include_str!("../../../../migrations/postgres/receipt/0001_init.sql"),
-    }],
+    postgres: &[
+        Step {
+            version: 1,
+            description: "receipt init",
+            sql: include_str!("../../../../migrations/postgres/receipt/0001_init.sql"),
+        },
+        Step {
+            version: 2,
+            description: "receipt notify",
+            sql: include_str!("../../../../migrations/postgres/receipt/0002_notify.sql"),
+        },
+    ],
 };
+
+/// The PostgreSQL channel new rows are announced on.
+pub const CHANGE_CHANNEL: &str = "slm_receipts";
 
 const JOB_COLUMNS: &str = "seq, job_id, profile_id, task_id, watcher_name, producer, command_digest, command_json, cwd, \
      artifacts_json, revision_digest, registered_at, expires_at, registered_us, expires_us, allow_prestart_evidence, \
