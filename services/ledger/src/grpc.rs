@@ -18,13 +18,15 @@ use crate::domain::entry::{Budget, LAP_IMPORTANCE};
 use crate::domain::memory::{self, DEFAULT_PROFILE};
 use crate::domain::recall;
 use crate::domain::{LapRecord, LedgerError, NewMemory, StoredMemory};
-use crate::store::{RunRow, Store};
+use crate::store::{NewLap, RunRow, Store};
 
 /// Per-run read cap (spec LEDGER-06).
 const MAX_RUN_ROWS: u32 = 5000;
 const DEFAULT_RUNS_PAGE: u32 = 20;
 const MAX_RUNS_PAGE: u32 = 1000;
 const EVENT_BUFFER: usize = 4096;
+/// Laps one AppendLaps call may carry.
+pub const MAX_LAP_BATCH: usize = 512;
 
 #[derive(Clone)]
 pub struct LedgerService {
@@ -72,6 +74,18 @@ impl LedgerService {
 
     fn publish(&self, m: &StoredMemory) {
         self.events.publish(m.id, m.clone());
+    }
+
+    async fn store_laps(&self, laps: &[NewLap]) -> Result<Vec<StoredMemory>, Status> {
+        let stored = self
+            .store
+            .append_laps(laps, &now_iso())
+            .await
+            .map_err(status)?;
+        for m in &stored {
+            self.publish(m);
+        }
+        Ok(stored)
     }
 
     async fn read_profile(&self, raw: &str) -> Result<String, LedgerError> {
@@ -156,6 +170,33 @@ fn run_to_pb(r: RunRow) -> pb::LoopRun {
         gate_detail: r.gate_detail.unwrap_or_default(),
         gate_passed: r.gate_passed,
     }
+}
+
+/// A lap as the ledger stores it: validated, its runner log capped, its
+/// memory (content, tags, session, metadata) derived from the record.
+fn new_lap(r: pb::AppendLapRequest) -> Result<NewLap, Status> {
+    let lap = lap_from_pb(
+        r.entry
+            .ok_or_else(|| Status::invalid_argument("entry is required"))?,
+    )
+    .capped();
+    lap.validate().map_err(Status::invalid_argument)?;
+    let memory = NewMemory {
+        profile_id: r.profile_id,
+        content: lap.to_json(),
+        tags: lap.tags(),
+        session_id: lap.session_id(),
+        metadata: lap.metadata(),
+        importance: LAP_IMPORTANCE,
+        agent_id: r.agent_id,
+    }
+    .validated()
+    .map_err(status)?;
+    Ok(NewLap {
+        memory,
+        lap,
+        gate_row: r.gate_row,
+    })
 }
 
 fn parse_cursor(c: &str) -> Result<i64, Status> {
@@ -276,32 +317,53 @@ impl Ledger for LedgerService {
         &self,
         req: Request<pb::AppendLapRequest>,
     ) -> Result<Response<pb::AppendLapResponse>, Status> {
-        let r = req.into_inner();
-        let lap = lap_from_pb(
-            r.entry
-                .ok_or_else(|| Status::invalid_argument("entry is required"))?,
-        )
-        .capped();
-        lap.validate().map_err(Status::invalid_argument)?;
-        let m = NewMemory {
-            profile_id: r.profile_id,
-            content: lap.to_json(),
-            tags: lap.tags(),
-            session_id: lap.session_id(),
-            metadata: lap.metadata(),
-            importance: LAP_IMPORTANCE,
-            agent_id: r.agent_id,
+        let lap = new_lap(req.into_inner())?;
+        let stored = self.store_laps(&[lap]).await?;
+        Ok(Response::new(pb::AppendLapResponse {
+            memory_id: stored[0].id,
+        }))
+    }
+
+    async fn append_laps(
+        &self,
+        req: Request<pb::AppendLapsRequest>,
+    ) -> Result<Response<pb::AppendLapsResponse>, Status> {
+        let laps = req.into_inner().laps;
+        if laps.len() > MAX_LAP_BATCH {
+            return Err(Status::invalid_argument(format!(
+                "at most {MAX_LAP_BATCH} laps per batch"
+            )));
         }
-        .validated()
-        .map_err(status)?;
-        let stored = self
-            .store
-            .append_lap(&m, &lap, r.gate_row, &now_iso())
-            .await
-            .map_err(status)?;
-        let memory_id = stored.id;
-        self.publish(&stored);
-        Ok(Response::new(pb::AppendLapResponse { memory_id }))
+        // Invalid laps are refused one by one; the valid ones share one
+        // transaction, whose failure is every one of its laps' error.
+        let checked: Vec<Result<NewLap, Status>> = laps.into_iter().map(new_lap).collect();
+        let valid: Vec<NewLap> = checked
+            .iter()
+            .filter_map(|c| c.as_ref().ok().cloned())
+            .collect();
+        let stored = self.store_laps(&valid).await;
+        let mut ids = match &stored {
+            Ok(s) => s.iter().map(|m| m.id).collect::<Vec<_>>().into_iter(),
+            Err(_) => Vec::new().into_iter(),
+        };
+        let results = checked
+            .iter()
+            .map(|c| match (c, &stored) {
+                (Err(e), _) => pb::AppendLapResult {
+                    memory_id: 0,
+                    error: e.message().to_string(),
+                },
+                (Ok(_), Err(e)) => pb::AppendLapResult {
+                    memory_id: 0,
+                    error: e.message().to_string(),
+                },
+                (Ok(_), Ok(_)) => pb::AppendLapResult {
+                    memory_id: ids.next().unwrap_or(0),
+                    error: String::new(),
+                },
+            })
+            .collect();
+        Ok(Response::new(pb::AppendLapsResponse { results }))
     }
 
     async fn list_loop_runs(

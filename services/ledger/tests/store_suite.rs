@@ -539,6 +539,90 @@ async fn watchers_see_other_writers(backend: &str) {
     assert_eq!(ev.memory.unwrap().content, "written elsewhere");
 }
 
+async fn lap_batches_commit_together_in_order(backend: &str) {
+    let mut e = env(backend).await;
+    let c = &mut e.client;
+    let mut laps: Vec<pb::AppendLapRequest> = (1..=5)
+        .map(|n| {
+            lap(
+                "batch-1",
+                "batch",
+                n,
+                if n == 5 { "done" } else { "continue" },
+                &format!("d{n}"),
+            )
+        })
+        .collect();
+    laps.insert(2, lap("batch-1", "batch", 99, "bogus", "refused"));
+    laps.push(lap("other-1", "other", 1, "halt", "x"));
+    let results = c
+        .append_laps(pb::AppendLapsRequest { laps })
+        .await
+        .unwrap()
+        .into_inner()
+        .results;
+    assert_eq!(results.len(), 7);
+    assert!(
+        results[2].error.contains("unknown lap decision"),
+        "{:?}",
+        results[2]
+    );
+    assert_eq!(results[2].memory_id, 0);
+    let ids: Vec<i64> = results
+        .iter()
+        .filter(|r| r.error.is_empty())
+        .map(|r| r.memory_id)
+        .collect();
+    assert_eq!(ids.len(), 6);
+    assert!(
+        ids.windows(2).all(|w| w[0] < w[1]),
+        "ids follow request order: {ids:?}"
+    );
+    let shown = c
+        .list_run_laps(pb::ListRunLapsRequest {
+            run_id: "batch-1".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .laps;
+    assert_eq!(
+        shown.iter().map(|l| l.lap).collect::<Vec<_>>(),
+        vec![1, 2, 3, 4, 5]
+    );
+    assert_eq!(shown[3].detail, "d4");
+    let run = &c
+        .list_loop_runs(pb::ListLoopRunsRequest {
+            name: "batch".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .runs[0];
+    assert_eq!(
+        (run.rows, run.r#final.as_str(), run.last_detail.as_str()),
+        (5, "done", "d5")
+    );
+    // A batch for an unknown profile fails as a whole, lap by lap.
+    let mut bad = lap("ghost-1", "ghost", 1, "continue", "x");
+    bad.profile_id = "ghost".into();
+    let results = c
+        .append_laps(pb::AppendLapsRequest {
+            laps: vec![bad.clone(), bad],
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .results;
+    assert!(
+        results
+            .iter()
+            .all(|r| r.memory_id == 0 && r.error.contains("There is no profile 'ghost'"))
+    );
+}
+
 macro_rules! both_backends {
     ($($name:ident),* $(,)?) => {
         mod sqlite {
@@ -557,5 +641,6 @@ both_backends!(
     loop_ledger_is_indexed_and_paged,
     watchers_see_new_memories,
     watchers_see_other_writers,
+    lap_batches_commit_together_in_order,
     backup_is_a_consistent_copy,
 );

@@ -266,12 +266,17 @@ fn main() {
             plan.durable_warmup_runs,
             plan.durable_runs,
             move |rt| {
-                let mut ledger = ServiceLedger {
-                    client: client.clone(),
-                    profile_id: PROFILE.into(),
-                    agent_id: AGENT.into(),
-                };
-                rt.spawn(async move { timed_run(&mut ledger).await })
+                let client = client.clone();
+                rt.spawn(async move {
+                    let mut ledger = ServiceLedger::start(client, PROFILE.into(), AGENT.into());
+                    // The run's time includes waiting until every lap is
+                    // committed: durable means written, not queued.
+                    let start = Instant::now();
+                    timed_run(&mut ledger).await;
+                    let errors = ledger.finish().await;
+                    assert!(errors.is_empty(), "{errors:?}");
+                    start.elapsed().as_secs_f64() * 1e6 / f64::from(LAPS_PER_RUN)
+                })
             },
         )
     };
@@ -316,11 +321,16 @@ fn main() {
             );
             let (m, lap) = lap_memory(&entry);
             let created = slm_runtime::time::now_iso();
+            let lap = slm_ledger::store::NewLap {
+                memory: m,
+                lap,
+                gate_row: false,
+            };
             async move {
                 store
-                    .append_lap(&m, &lap, false, &created)
+                    .append_laps(&[lap], &created)
                     .await
-                    .expect("Store::append_lap");
+                    .expect("Store::append_laps");
             }
         })
     };

@@ -109,11 +109,7 @@ impl LoopEngineService {
         let run_id = new_run_id(DEMO_NAME);
         let (tx, rx) = mpsc::channel(EVENT_BUFFER);
         let mut ledger = TeeLedger::new(
-            ServiceLedger {
-                client: self.ledger.clone(),
-                profile_id,
-                agent_id: "slm-loop-demo".into(),
-            },
+            ServiceLedger::start(self.ledger.clone(), profile_id, "slm-loop-demo".into()),
             tx.clone(),
         );
         let switch = self.kill.switch_for(&run_id);
@@ -134,6 +130,8 @@ impl LoopEngineService {
                 &SystemClock::new(),
             )
             .await;
+            let mut outcome = outcome;
+            outcome.write_errors.extend(ledger.inner.finish().await);
             outcome_to_pb(outcome)
         };
         Ok(self.spawn_run(run_id, tx, rx, run))
@@ -185,11 +183,7 @@ impl LoopEngineService {
         .await;
         let (tx, rx) = mpsc::channel(EVENT_BUFFER);
         let mut ledger = TeeLedger::new(
-            ServiceLedger {
-                client: self.ledger.clone(),
-                profile_id: profile_id.clone(),
-                agent_id: agent_id.clone(),
-            },
+            ServiceLedger::start(self.ledger.clone(), profile_id.clone(), agent_id.clone()),
             tx.clone(),
         );
         let mut runner = WatchRunner {
@@ -230,6 +224,8 @@ impl LoopEngineService {
             for t in subscriptions {
                 t.abort();
             }
+            let mut outcome = outcome;
+            outcome.write_errors.extend(ledger.inner.finish().await);
             let receipt_reason = gate.receipt_reason().to_string();
             let reason = watcher_reason(
                 outcome.status == RunStatus::Halt,

@@ -29,25 +29,96 @@ pub fn row_to_pb(row: &LedgerRow) -> pb::LapEntry {
     }
 }
 
-/// Writes rows to the ledger service in one profile.
+/// Rows queued before `append` waits for the writer.
+const QUEUE: usize = 4096;
+/// Rows per AppendLaps call (one transaction).
+const BATCH: usize = 256;
+
+/// Writes rows to the ledger service behind the engine: `append` queues the
+/// row and returns, and a writer task sends whatever has queued up as one
+/// `AppendLaps` batch — one transaction, one WAL sync, however many laps.
+/// So a lap costs the engine a queue push, and the ledger commits in groups
+/// as fast as the disk allows. `finish` waits until every row is written and
+/// returns the failures (`lap <n>: <error>`) to report with the outcome:
+/// still fail-open, never lost silently.
 pub struct ServiceLedger {
-    pub client: LedgerClient<Transport>,
-    pub profile_id: String,
-    pub agent_id: String,
+    queue: Option<mpsc::Sender<LedgerRow>>,
+    writer: Option<tokio::task::JoinHandle<Vec<String>>>,
+}
+
+impl ServiceLedger {
+    pub fn start(client: LedgerClient<Transport>, profile_id: String, agent_id: String) -> Self {
+        let (queue, rows) = mpsc::channel(QUEUE);
+        let writer = tokio::spawn(write_behind(client, profile_id, agent_id, rows));
+        Self {
+            queue: Some(queue),
+            writer: Some(writer),
+        }
+    }
+
+    /// Waits for every queued row; returns the write failures.
+    pub async fn finish(&mut self) -> Vec<String> {
+        self.queue.take();
+        match self.writer.take() {
+            Some(w) => w
+                .await
+                .unwrap_or_else(|e| vec![format!("ledger writer failed: {e}")]),
+            None => Vec::new(),
+        }
+    }
+}
+
+async fn write_behind(
+    mut client: LedgerClient<Transport>,
+    profile_id: String,
+    agent_id: String,
+    mut rows: mpsc::Receiver<LedgerRow>,
+) -> Vec<String> {
+    let mut errors = Vec::new();
+    while let Some(first) = rows.recv().await {
+        let mut batch = vec![first];
+        while batch.len() < BATCH {
+            match rows.try_recv() {
+                Ok(r) => batch.push(r),
+                Err(_) => break,
+            }
+        }
+        let laps = batch
+            .iter()
+            .map(|row| pb::AppendLapRequest {
+                profile_id: profile_id.clone(),
+                entry: Some(row_to_pb(row)),
+                agent_id: agent_id.clone(),
+                gate_row: is_gate_row(&row.detail),
+            })
+            .collect();
+        match client.append_laps(pb::AppendLapsRequest { laps }).await {
+            Ok(r) => {
+                for (row, res) in batch.iter().zip(r.into_inner().results) {
+                    if !res.error.is_empty() {
+                        errors.push(format!("lap {}: {}", row.lap, res.error));
+                    }
+                }
+            }
+            Err(s) => {
+                for row in &batch {
+                    errors.push(format!("lap {}: {}", row.lap, s.message()));
+                }
+            }
+        }
+    }
+    errors
 }
 
 impl Ledger for ServiceLedger {
     async fn append(&mut self, row: &LedgerRow) -> Result<(), String> {
-        self.client
-            .append_lap(pb::AppendLapRequest {
-                profile_id: self.profile_id.clone(),
-                entry: Some(row_to_pb(row)),
-                agent_id: self.agent_id.clone(),
-                gate_row: is_gate_row(&row.detail),
-            })
-            .await
-            .map(|_| ())
-            .map_err(|s| s.message().to_string())
+        match &self.queue {
+            Some(q) => q
+                .send(row.clone())
+                .await
+                .map_err(|_| "the ledger writer has stopped".to_string()),
+            None => Err("the ledger writer has finished".into()),
+        }
     }
 }
 

@@ -291,3 +291,36 @@ async fn recall_alone_never_passes_and_laps_are_not_locators() {
         o.reason
     );
 }
+
+/// Ledger writes fail open through the service too: a demo whose every lap
+/// the ledger refuses still ends DONE and reports each failure.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_ledger_writes_are_reported_not_fatal() {
+    let mut w = world().await;
+    let mut s = w
+        .engine
+        .run_loop(pb::RunLoopRequest {
+            profile_id: "ghost".into(),
+            kind: Some(pb::run_loop_request::Kind::Demo(pb::DemoSpec {
+                iterations: 10,
+            })),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut outcome = None;
+    while let Some(ev) = s.next().await {
+        if let Some(pb::run_event::Event::Outcome(o)) = ev.unwrap().event {
+            outcome = Some(o);
+        }
+    }
+    let o = outcome.unwrap();
+    assert_eq!((o.status.as_str(), o.laps), ("DONE", 3));
+    assert_eq!(o.write_errors.len(), 3);
+    for (i, e) in o.write_errors.iter().enumerate() {
+        assert!(
+            e.starts_with(&format!("lap {}: There is no profile 'ghost'", i + 1)),
+            "{e}"
+        );
+    }
+}

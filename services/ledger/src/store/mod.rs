@@ -97,7 +97,54 @@ fn profile_error(profile: &str) -> impl FnOnce(sqlx::Error) -> LedgerError + '_ 
     }
 }
 
-async fn insert_memory(
+/// A lap to store: its memory, its record and whether it is a gate row.
+#[derive(Debug, Clone)]
+pub struct NewLap {
+    pub memory: NewMemory,
+    pub lap: LapRecord,
+    pub gate_row: bool,
+}
+
+/// What a batch adds to one run's summary.
+struct RunDelta<'a> {
+    profile_id: &'a str,
+    run_id: &'a str,
+    name: &'a str,
+    first_seq: i64,
+    first_ts: &'a str,
+    rows: i64,
+    last: &'a LapRecord,
+    gate: Option<&'a LapRecord>,
+}
+
+fn summarise_runs<'a>(laps: &'a [NewLap], stored: &[StoredMemory]) -> Vec<RunDelta<'a>> {
+    let mut runs: Vec<RunDelta<'a>> = Vec::new();
+    for (l, m) in laps.iter().zip(stored) {
+        let key = (l.memory.profile_id.as_str(), l.lap.run_id.as_str());
+        match runs.iter_mut().find(|r| (r.profile_id, r.run_id) == key) {
+            Some(r) => {
+                r.rows += 1;
+                r.last = &l.lap;
+                if l.gate_row {
+                    r.gate = Some(&l.lap);
+                }
+            }
+            None => runs.push(RunDelta {
+                profile_id: key.0,
+                run_id: key.1,
+                name: &l.lap.name,
+                first_seq: m.id,
+                first_ts: &l.lap.ts,
+                rows: 1,
+                last: &l.lap,
+                gate: l.gate_row.then_some(&l.lap),
+            }),
+        }
+    }
+    runs
+}
+
+async fn insert_memory_row(
     conn: &mut AnyConnection,
     m: &NewMemory,
     created_at: &str,
@@ -118,20 +165,6 @@ async fn insert_memory(
     .fetch_one(&mut *conn)
     .await
     .map_err(profile_error(&m.profile_id))?;
-    if !m.tags.is_empty() {
-        let values: Vec<String> = (0..m.tags.len())
-            .map(|i| format!("($1, $2, ${})", i + 3))
-            .collect();
-        let sql = format!(
-            "INSERT INTO memory_tags (profile_id, memory_id, tag) VALUES {}",
-            values.join(", ")
-        );
-        let mut q = sqlx::query(AssertSqlSafe(sql)).bind(&m.profile_id).bind(id);
-        for t in &m.tags {
-            q = q.bind(t);
-        }
-        q.execute(&mut *conn).await?;
-    }
     Ok(StoredMemory {
         id,
         profile_id: m.profile_id.clone(),
@@ -143,6 +176,101 @@ async fn insert_memory(
         agent_id: m.agent_id.clone(),
         created_at: created_at.to_string(),
     })
+}
+
+/// Several memories in one statement. Ids are assigned in row order on both
+/// backends, so the returned ids, sorted, match the rows in order.
+async fn insert_memory_rows(
+    conn: &mut AnyConnection,
+    ms: &[&NewMemory],
+    created_at: &str,
+) -> Result<Vec<StoredMemory>, LedgerError> {
+    if ms.len() == 1 {
+        return Ok(vec![insert_memory_row(conn, ms[0], created_at).await?]);
+    }
+    let values: Vec<String> = (0..ms.len())
+        .map(|i| {
+            let b = i * 8;
+            format!(
+                "(${}, ${}, ${}, ${}, ${}, ${}, ${}, ${})",
+                b + 1,
+                b + 2,
+                b + 3,
+                b + 4,
+                b + 5,
+                b + 6,
+                b + 7,
+                b + 8
+            )
+        })
+        .collect();
+    let sql = format!(
+        "INSERT INTO memories (profile_id, content, session_id, agent_id, importance, metadata, tags, created_at) \
+         VALUES {} RETURNING id",
+        values.join(", ")
+    );
+    let mut q = sqlx::query_scalar::<_, i64>(AssertSqlSafe(sql));
+    for m in ms {
+        q = q
+            .bind(&m.profile_id)
+            .bind(&m.content)
+            .bind(&m.session_id)
+            .bind(&m.agent_id)
+            .bind(i64::from(m.importance))
+            .bind(&m.metadata)
+            .bind(serde_json::to_string(&m.tags).expect("tags serialise"))
+            .bind(created_at);
+    }
+    let mut ids = q
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(profile_error(&ms[0].profile_id))?;
+    ids.sort_unstable();
+    Ok(ms
+        .iter()
+        .zip(ids)
+        .map(|(m, id)| StoredMemory {
+            id,
+            profile_id: m.profile_id.clone(),
+            content: m.content.clone(),
+            tags: m.tags.clone(),
+            session_id: m.session_id.clone(),
+            metadata: m.metadata.clone(),
+            importance: m.importance,
+            agent_id: m.agent_id.clone(),
+            created_at: created_at.to_string(),
+        })
+        .collect())
+}
+
+/// The tags of several memories in one statement.
+async fn insert_tags<'a>(
+    conn: &mut AnyConnection,
+    memories: impl Iterator<Item = (&'a NewMemory, i64)>,
+) -> Result<(), LedgerError> {
+    let rows: Vec<(&str, i64, &str)> = memories
+        .flat_map(|(m, id)| {
+            m.tags
+                .iter()
+                .map(move |t| (m.profile_id.as_str(), id, t.as_str()))
+        })
+        .collect();
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let values: Vec<String> = (0..rows.len())
+        .map(|i| format!("(${}, ${}, ${})", i * 3 + 1, i * 3 + 2, i * 3 + 3))
+        .collect();
+    let sql = format!(
+        "INSERT INTO memory_tags (profile_id, memory_id, tag) VALUES {}",
+        values.join(", ")
+    );
+    let mut q = sqlx::query(AssertSqlSafe(sql));
+    for (p, id, t) in rows {
+        q = q.bind(p).bind(id).bind(t);
+    }
+    q.execute(&mut *conn).await?;
+    Ok(())
 }
 
 impl Store {
@@ -169,53 +297,83 @@ impl Store {
         created_at: &str,
     ) -> Result<StoredMemory, LedgerError> {
         let mut tx = self.db.pool.begin().await?;
-        let stored = insert_memory(&mut tx, m, created_at).await?;
+        let stored = insert_memory_row(&mut tx, m, created_at).await?;
+        insert_tags(&mut tx, std::iter::once((m, stored.id))).await?;
         tx.commit().await?;
         Ok(stored)
     }
 
-    /// Stores a lap as a memory and updates the run's summary, atomically.
-    /// A `gate_row` becomes the run's newest gate detail.
-    pub async fn append_lap(
+    /// Stores laps as memories and updates their runs' summaries, in one
+    /// transaction (a batch is one commit, one WAL sync, one full-text
+    /// segment). A `gate_row` becomes its run's newest gate detail.
+    pub async fn append_laps(
         &self,
-        m: &NewMemory,
-        lap: &LapRecord,
-        gate_row: bool,
+        laps: &[NewLap],
         created_at: &str,
-    ) -> Result<StoredMemory, LedgerError> {
+    ) -> Result<Vec<StoredMemory>, LedgerError> {
+        if laps.is_empty() {
+            return Ok(Vec::new());
+        }
         let mut tx = self.db.pool.begin().await?;
-        let stored = insert_memory(&mut tx, m, created_at).await?;
-        sqlx::query(
-            "INSERT INTO loop_laps (memory_id, profile_id, run_id, loop_name, lap) VALUES ($1, $2, $3, $4, $5)",
+        let memories: Vec<&NewMemory> = laps.iter().map(|l| &l.memory).collect();
+        let stored = insert_memory_rows(&mut tx, &memories, created_at).await?;
+        insert_tags(
+            &mut tx,
+            laps.iter()
+                .map(|l| &l.memory)
+                .zip(stored.iter().map(|m| m.id)),
         )
-        .bind(stored.id)
-        .bind(&m.profile_id)
-        .bind(&lap.run_id)
-        .bind(&lap.name)
-        .bind(i64::from(lap.lap))
-        .execute(&mut *tx)
         .await?;
-        let gate = gate_row.then_some(lap.detail.as_str());
-        sqlx::query(
-            "INSERT INTO loop_runs (profile_id, run_id, loop_name, seq, rows, final, started_ts, last_ts, last_detail, gate_detail, gate_passed) \
-             VALUES ($1, $2, $3, $4, 1, $5, $6, $6, $7, $8, $9) \
-             ON CONFLICT (profile_id, run_id) DO UPDATE SET \
-               rows = loop_runs.rows + 1, final = excluded.final, last_ts = excluded.last_ts, \
-               last_detail = excluded.last_detail, \
-               gate_detail = COALESCE(excluded.gate_detail, loop_runs.gate_detail), \
-               gate_passed = CASE WHEN excluded.gate_detail IS NULL THEN loop_runs.gate_passed ELSE excluded.gate_passed END",
-        )
-        .bind(&m.profile_id)
-        .bind(&lap.run_id)
-        .bind(&lap.name)
-        .bind(stored.id)
-        .bind(&lap.decision)
-        .bind(&lap.ts)
-        .bind(&lap.detail)
-        .bind(gate)
-        .bind(i64::from(gate.is_some() && lap.passed))
-        .execute(&mut *tx)
-        .await?;
+        let values: Vec<String> = (0..laps.len())
+            .map(|i| {
+                format!(
+                    "(${}, ${}, ${}, ${}, ${})",
+                    i * 5 + 1,
+                    i * 5 + 2,
+                    i * 5 + 3,
+                    i * 5 + 4,
+                    i * 5 + 5
+                )
+            })
+            .collect();
+        let sql = format!(
+            "INSERT INTO loop_laps (memory_id, profile_id, run_id, loop_name, lap) VALUES {}",
+            values.join(", ")
+        );
+        let mut q = sqlx::query(AssertSqlSafe(sql));
+        for (l, m) in laps.iter().zip(&stored) {
+            q = q
+                .bind(m.id)
+                .bind(&l.memory.profile_id)
+                .bind(&l.lap.run_id)
+                .bind(&l.lap.name)
+                .bind(i64::from(l.lap.lap));
+        }
+        q.execute(&mut *tx).await?;
+        for run in summarise_runs(laps, &stored) {
+            sqlx::query(
+                "INSERT INTO loop_runs (profile_id, run_id, loop_name, seq, rows, final, started_ts, last_ts, last_detail, gate_detail, gate_passed) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) \
+                 ON CONFLICT (profile_id, run_id) DO UPDATE SET \
+                   rows = loop_runs.rows + excluded.rows, final = excluded.final, last_ts = excluded.last_ts, \
+                   last_detail = excluded.last_detail, \
+                   gate_detail = COALESCE(excluded.gate_detail, loop_runs.gate_detail), \
+                   gate_passed = CASE WHEN excluded.gate_detail IS NULL THEN loop_runs.gate_passed ELSE excluded.gate_passed END",
+            )
+            .bind(run.profile_id)
+            .bind(run.run_id)
+            .bind(run.name)
+            .bind(run.first_seq)
+            .bind(run.rows)
+            .bind(run.last.decision.as_str())
+            .bind(run.first_ts)
+            .bind(run.last.ts.as_str())
+            .bind(run.last.detail.as_str())
+            .bind(run.gate.map(|g| g.detail.as_str()))
+            .bind(i64::from(run.gate.is_some_and(|g| g.passed)))
+            .execute(&mut *tx)
+            .await?;
+        }
         tx.commit().await?;
         Ok(stored)
     }
