@@ -10,12 +10,12 @@ use slm_proto::v1 as pb;
 use slm_runtime::DataRoot;
 
 use crate::cli::ProfileCommand;
-use crate::services::{LEDGER_DB, RECEIPT_DB, SERVE_LOCK, Services};
+use crate::services::{LEARNING_DB, LEDGER_DB, RECEIPT_DB, SERVE_LOCK, Services};
 use crate::{print_json, rpc};
 use slm_runtime::config::peer_url;
 
 /// The databases a backup holds, by file name in the data root.
-const DATABASES: &[&str] = &[LEDGER_DB, RECEIPT_DB];
+const DATABASES: &[&str] = &[LEDGER_DB, RECEIPT_DB, LEARNING_DB];
 const REMOTE: &str = "backup and restore work on the data root of this machine; unset SLM_LEDGER_URL and SLM_RECEIPT_URL and run them on the host that holds the data";
 const MANIFEST: &str = "backup.json";
 

@@ -6,6 +6,7 @@ use anyhow::{Context, bail};
 
 use slm_gateway::{Backends, CancellationToken, Gateway, ToolProfile};
 
+use slm_proto::v1::bridge_server::BridgeServer;
 use slm_proto::v1::ledger_server::LedgerServer;
 use slm_proto::v1::loop_engine_server::LoopEngineServer;
 use slm_proto::v1::receipt_server::ReceiptServer;
@@ -42,6 +43,7 @@ fn backends(s: &Services) -> Backends {
     Backends {
         ledger: s.ledger.clone(),
         loop_engine: s.loop_engine.clone(),
+        bridge: s.bridge.clone(),
     }
 }
 
@@ -64,9 +66,6 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<i32> {
         ),
         None => None,
     };
-    if only.as_ref().is_some_and(|o| o.contains(&Role::Bridge)) {
-        bail!("the bridge service is not available in this build");
-    }
     let gateway_here = only.as_ref().is_none_or(|o| o.contains(&Role::Gateway));
     if args.http.is_some() && !gateway_here {
         bail!("--http serves the gateway: add gateway to --only");
@@ -104,6 +103,12 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<i32> {
             .await;
         routes.add_service(svc);
     }
+    if let Some(svc) = s.local_bridge.clone() {
+        health
+            .set_serving::<BridgeServer<slm_bridge::BridgeService>>()
+            .await;
+        routes.add_service(svc);
+    }
     routes.add_service(health_service);
     let reflection = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(slm_proto::FILE_DESCRIPTOR_SET)
@@ -127,16 +132,24 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<i32> {
             let l = tokio::net::TcpListener::bind(http_addr)
                 .await
                 .with_context(|| format!("binding {http_addr}"))?;
+            let at = l.local_addr()?;
             eprintln!(
-                "slm serve: MCP on http://{}/mcp (tools: {})",
-                l.local_addr()?,
+                "slm serve: MCP on http://{at}/mcp (tools: {})",
                 profile.as_str()
             );
+            eprintln!("slm serve: dashboard on http://{at}/");
+            let dashboard = slm_dashboard::router(slm_dashboard::DashboardBackends {
+                ledger: s.ledger.clone(),
+                loop_engine: s.loop_engine.clone(),
+                receipt: Some(s.receipt.clone()),
+                bridge: Some(s.bridge.clone()),
+            });
             let stop = stop.clone();
-            Some(tokio::spawn(slm_gateway::serve_http(
+            Some(tokio::spawn(slm_gateway::serve_http_with(
                 l,
                 backends(&s),
                 profile,
+                dashboard,
                 async move { stop.cancelled().await },
             )))
         }

@@ -7,6 +7,8 @@ use anyhow::Context;
 
 use slm_ledger::{LedgerService, Store};
 use slm_loop_engine::LoopEngineService;
+use slm_proto::v1::bridge_client::BridgeClient;
+use slm_proto::v1::bridge_server::BridgeServer;
 use slm_proto::v1::ledger_client::LedgerClient;
 use slm_proto::v1::ledger_server::LedgerServer;
 use slm_proto::v1::loop_engine_client::LoopEngineClient;
@@ -21,6 +23,7 @@ use slm_runtime::{DataRoot, Transport};
 
 pub const LEDGER_DB: &str = "memory.db";
 pub const RECEIPT_DB: &str = "receipt.db";
+pub const LEARNING_DB: &str = slm_bridge::LEARNING_DB;
 /// Held by `slm serve` while it runs on a data root.
 pub const SERVE_LOCK: &str = "serve.lock";
 
@@ -29,6 +32,7 @@ pub struct Services {
     pub ledger: LedgerClient<Transport>,
     pub loop_engine: LoopEngineClient<Transport>,
     pub receipt: ReceiptClient<Transport>,
+    pub bridge: BridgeClient<Transport>,
     /// The operator credential of the embedded receipt service, when it
     /// runs in this process.
     pub local_operator_token: Option<String>,
@@ -36,8 +40,10 @@ pub struct Services {
     pub local_ledger: Option<LedgerServer<LedgerService>>,
     pub local_loop_engine: Option<LoopEngineServer<LoopEngineService>>,
     pub local_receipt: Option<ReceiptServer<ReceiptService>>,
+    pub local_bridge: Option<BridgeServer<slm_bridge::BridgeService>>,
     embedded_store: Option<Store>,
     embedded_receipts: Option<slm_receipt::store::Store>,
+    embedded_bridge: Option<slm_bridge::Store>,
 }
 
 /// The services `slm serve --only` can run.
@@ -176,17 +182,35 @@ impl Services {
                     (in_process(server.clone()), Some(server))
                 }
             };
+        let bridge_at = p.place(Role::Bridge, "bridge");
+        let (bridge_transport, local_bridge, embedded_bridge) =
+            match transport_for(&bridge_at, "bridge", "SLM_BRIDGE_URL")? {
+                Some(t) => (t, None, None),
+                None => {
+                    let url = p.database_url(&root, "bridge", LEARNING_DB);
+                    let store = slm_bridge::Store::open(&url).await.with_context(|| {
+                        format!("opening the learning database in {}", root.path().display())
+                    })?;
+                    let server =
+                        slm_bridge::BridgeService::new(slm_bridge::Bridge::new(store.clone()))
+                            .into_server();
+                    (in_process(server.clone()), Some(server), Some(store))
+                }
+            };
         Ok(Self {
             root,
             ledger,
             loop_engine: LoopEngineClient::new(loop_transport),
             receipt,
+            bridge: BridgeClient::new(bridge_transport),
             local_operator_token,
             local_ledger,
             local_loop_engine,
             local_receipt,
+            local_bridge,
             embedded_store,
             embedded_receipts,
+            embedded_bridge,
         })
     }
 
@@ -207,6 +231,7 @@ impl Services {
         Some(vec![
             (LEDGER_DB, self.embedded_store.as_ref()?.db()),
             (RECEIPT_DB, self.embedded_receipts.as_ref()?.db()),
+            (LEARNING_DB, self.embedded_bridge.as_ref()?.db()),
         ])
     }
 
@@ -220,6 +245,9 @@ impl Services {
             store.close().await;
         }
         if let Some(store) = self.embedded_receipts {
+            store.close().await;
+        }
+        if let Some(store) = self.embedded_bridge {
             store.close().await;
         }
     }

@@ -793,6 +793,8 @@ fn backup_and_restore() {
     assert!(db.starts_with(b"SQLite format 3\0"));
     let receipts = std::fs::read(dest.join("receipt.db")).unwrap();
     assert!(receipts.starts_with(b"SQLite format 3\0"));
+    let learning = std::fs::read(dest.join("learning.db")).unwrap();
+    assert!(learning.starts_with(b"SQLite format 3\0"));
     assert_eq!(
         v,
         json!({
@@ -801,6 +803,7 @@ fn backup_and_restore() {
             "files": [
                 {"file": "memory.db", "bytes": db.len()},
                 {"file": "receipt.db", "bytes": receipts.len()},
+                {"file": "learning.db", "bytes": learning.len()},
             ],
         })
     );
@@ -823,7 +826,7 @@ fn backup_and_restore() {
     let v = r.json(&["restore", dest_s, "--json"]);
     assert_eq!(
         v,
-        json!({"ok": true, "restored": ["memory.db", "receipt.db"], "data_root": r.data().to_str().unwrap()})
+        json!({"ok": true, "restored": ["memory.db", "receipt.db", "learning.db"], "data_root": r.data().to_str().unwrap()})
     );
     assert_eq!(
         contents(&r.json(&["recall", "memory", "--json"])),

@@ -17,6 +17,7 @@ use serde_json::{Map, Value, json};
 use tonic::{Code, Status};
 
 use slm_proto::v1 as pb;
+use slm_proto::v1::bridge_client::BridgeClient;
 use slm_proto::v1::ledger_client::LedgerClient;
 use slm_proto::v1::loop_engine_client::LoopEngineClient;
 use slm_runtime::Transport;
@@ -31,8 +32,6 @@ pub const RUN_NOTE: &str =
 /// Identity used when nothing better names the running agent (WATCH-06).
 pub const DEFAULT_AGENT_ID: &str = "mcp_client";
 /// Answer of the observe tools until the Bounded Loops bridge exists.
-pub const BRIDGE_UNAVAILABLE: &str = "the Bounded Loops bridge is not available in this build";
-
 const MAX_AGENT_ID_CHARS: usize = 64;
 
 /// The services the gateway talks to; each client works over a
@@ -41,6 +40,8 @@ const MAX_AGENT_ID_CHARS: usize = 64;
 pub struct Backends {
     pub ledger: LedgerClient<Transport>,
     pub loop_engine: LoopEngineClient<Transport>,
+    /// The read-only Bounded Loops bridge (observe tools).
+    pub bridge: BridgeClient<Transport>,
 }
 
 /// The agent id carried by an HTTP route `/mcp/{agent_id}`, already
@@ -134,8 +135,50 @@ impl Gateway {
             LOOP_SHOW => self.loop_show(args).await,
             REMEMBER => self.remember(args, ctx).await,
             RECALL => self.recall(args).await,
-            OBSERVE_EVIDENCE | OBSERVE_LEARNING => observe(args),
+            OBSERVE_EVIDENCE => self.observe(args, false).await,
+            OBSERVE_LEARNING => self.observe(args, true).await,
             other => fail(format!("unknown tool '{other}'")),
+        }
+    }
+
+    // ---- observe_bounded_loop_* --------------------------------------
+
+    /// One explicit observation through the bridge service (v1 evidence, or
+    /// v2 execution learning); its refusals keep the bridge's shape.
+    async fn observe(&self, args: &Map<String, Value>, v2: bool) -> Value {
+        let refusal = |error: String| json!({"success": false, "durable": false, "created": 0, "error": error});
+        let a = Args::new(args);
+        let workspace = match a.only(OBSERVE_ARGS).and_then(|()| a.text("workspace")) {
+            Err(e) => return refusal(e),
+            Ok(Some(w)) if !w.trim().is_empty() => w,
+            Ok(_) => return refusal("workspace is required".into()),
+        };
+        let req = pb::ObserveRequest {
+            profile_id: String::new(),
+            workspace: workspace.to_string(),
+        };
+        let mut bridge = self.backends.bridge.clone();
+        let reply = if v2 {
+            bridge.observe_execution_learning(req).await
+        } else {
+            bridge.observe_evidence(req).await
+        };
+        match reply {
+            Ok(r) => {
+                let r = r.into_inner();
+                if r.success {
+                    json!({"success": true, "durable": true, "observed": r.observed,
+                           "created": r.created, "control_plane": r.control_plane})
+                } else {
+                    let mut v = json!({"success": false, "durable": r.durable,
+                                       "created": r.created, "error": r.error});
+                    if let Some(retryable) = r.retryable {
+                        v["retryable"] = json!(retryable);
+                    }
+                    v
+                }
+            }
+            Err(s) => refusal(s.message().to_string()),
         }
     }
 
@@ -543,17 +586,6 @@ fn run_result(o: pb::RunOutcome, ledger: Vec<Value>) -> Value {
         "ledger_write_errors": o.write_errors.len(),
         "write_errors": o.write_errors,
     })
-}
-
-fn observe(args: &Map<String, Value>) -> Value {
-    let a = Args::new(args);
-    let error = match a.only(OBSERVE_ARGS).and_then(|()| a.text("workspace")) {
-        Err(e) => e,
-        Ok(None) => "workspace is required".to_string(),
-        Ok(Some(w)) if w.trim().is_empty() => "workspace is required".to_string(),
-        Ok(Some(_)) => BRIDGE_UNAVAILABLE.to_string(),
-    };
-    json!({"success": false, "durable": false, "created": 0, "error": error})
 }
 
 pub(crate) fn fail(error: impl Into<String>) -> Value {

@@ -82,9 +82,20 @@ pub async fn serve_http(
     profile: ToolProfile,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    serve_http_with(listener, backends, profile, axum::Router::new(), shutdown).await
+}
+
+/// [`serve_http`] plus `extra` routes (the dashboard) on the same listener.
+pub async fn serve_http_with(
+    listener: TcpListener,
+    backends: Backends,
+    profile: ToolProfile,
+    extra: axum::Router,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
     let ct = CancellationToken::new();
     let config = StreamableHttpServerConfig::default().with_cancellation_token(ct.clone());
-    let app = http_router_with_config(backends, profile, config);
+    let app = http_router_with_config(backends, profile, config).merge(extra);
     axum::serve(listener, app)
         .with_graceful_shutdown(async move {
             shutdown.await;

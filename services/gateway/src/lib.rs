@@ -45,10 +45,9 @@ mod profile;
 pub mod tools;
 
 pub use gateway::{
-    BRIDGE_UNAVAILABLE, Backends, DEFAULT_AGENT_ID, Gateway, RUN_NOTE, RouteAgentId, WatchLimits,
-    sanitize_agent_id,
+    Backends, DEFAULT_AGENT_ID, Gateway, RUN_NOTE, RouteAgentId, WatchLimits, sanitize_agent_id,
 };
-pub use http::{MCP_PATH, http_router, http_router_with_config, serve_http};
+pub use http::{MCP_PATH, http_router, http_router_with_config, serve_http, serve_http_with};
 pub use profile::{ParseToolProfileError, ToolProfile};
 pub use rmcp::transport::StreamableHttpServerConfig;
 pub use tokio_util::sync::CancellationToken;

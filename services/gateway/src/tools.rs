@@ -215,10 +215,10 @@ no_confident_match is true, treat the results as weak. {NUMBERS_NOTE}"
     tool(RECALL, description, schema).with_annotations(read_only())
 }
 
-fn observe(name: &'static str, what: &str) -> Tool {
+fn observe(name: &'static str, what: &str, contract: &str) -> Tool {
     let description = format!(
         "{what} Takes one explicit snapshot from the separate Bounded Loops product's bridge \
-(bounded-loops-mcp, contract bounded-loops.dev/slm-bridge/v1) for an absolute workspace path. \
+(bounded-loops-mcp, contract {contract}) for an absolute workspace path. \
 Observation only: the evidence never influences recall, ranking or any loop decision. Returns \
 {{success, durable, created, error?}}."
     );
@@ -256,10 +256,12 @@ pub fn definition(name: &str) -> Option<Tool> {
         OBSERVE_EVIDENCE => observe(
             OBSERVE_EVIDENCE,
             "Record read-only evidence of finished Bounded Loops graph runs.",
+            "bounded-loops.dev/slm-bridge/v1",
         ),
         OBSERVE_LEARNING => observe(
             OBSERVE_LEARNING,
             "Ingest terminal Bounded Loops execution evidence into the execution-reliability store (never semantic facts or preferences).",
+            "bounded-loops.dev/slm-bridge/v2",
         ),
         _ => return None,
     })

@@ -141,6 +141,7 @@ async fn scripted() -> (common::Embedded, ScriptedEngine, Backends) {
     let backends = Backends {
         ledger: env.backends.ledger.clone(),
         loop_engine: LoopEngineClient::new(in_process(LoopEngineServer::new(engine.clone()))),
+        bridge: env.backends.bridge.clone(),
     };
     (env, engine, backends)
 }

@@ -35,11 +35,17 @@ pub async fn embedded() -> Embedded {
     let ledger = LedgerClient::new(in_process(LedgerService::new(store).into_server()));
     let engine = LoopEngineService::new(ledger.clone(), Some(dir.path())).into_server();
     let loop_engine = LoopEngineClient::new(in_process(engine));
+    let learning = slm_runtime::config::sqlite_url(&dir.path().join("learning.db"));
+    let bridge = slm_bridge::BridgeService::new(slm_bridge::Bridge::new(
+        slm_bridge::Store::open(&learning).await.unwrap(),
+    ));
+    let bridge = slm_proto::v1::bridge_client::BridgeClient::new(in_process(bridge.into_server()));
     Embedded {
         dir,
         backends: Backends {
             ledger,
             loop_engine,
+            bridge,
         },
     }
 }
