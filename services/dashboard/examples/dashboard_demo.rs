@@ -201,6 +201,7 @@ async fn main() -> anyhow::Result<()> {
     // SLM_DASHBOARD_DEMO_PATH: the PATH searched for `bounded-loops-mcp`.
     let options = DashboardOptions {
         search_path: std::env::var_os("SLM_DASHBOARD_DEMO_PATH"),
+        ..Default::default()
     };
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
     println!("listening on http://{}", listener.local_addr()?);

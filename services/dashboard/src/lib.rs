@@ -45,6 +45,42 @@ pub struct DashboardOptions {
     /// The PATH searched for `bounded-loops-mcp`; `None` reads the process's
     /// `PATH` at each request.
     pub search_path: Option<OsString>,
+    /// Host names (without port) accepted besides loopback ones; from
+    /// `SLM_HTTP_ALLOWED_HOSTS` (comma-separated) by default.
+    pub allowed_hosts: Vec<String>,
+}
+
+/// Loopback host names, always accepted.
+const LOOPBACK_HOSTS: [&str; 3] = ["localhost", "127.0.0.1", "[::1]"];
+
+/// The host part of a `Host` header value (`name:port`, `[v6]:port`).
+fn host_name(value: &str) -> &str {
+    if value.starts_with('[') {
+        return value.split_inclusive(']').next().unwrap_or(value);
+    }
+    value.split(':').next().unwrap_or(value)
+}
+
+/// Refuses requests whose `Host` is not a loopback name or an allowed one, so
+/// a web page elsewhere cannot read the dashboard through DNS rebinding.
+async fn check_host(
+    State(state): Shared,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    if let Some(host) = req.headers().get(header::HOST) {
+        let name = host_name(host.to_str().unwrap_or("")).to_ascii_lowercase();
+        let allowed = LOOPBACK_HOSTS.contains(&name.as_str())
+            || state
+                .options
+                .allowed_hosts
+                .iter()
+                .any(|h| h.eq_ignore_ascii_case(&name));
+        if !allowed {
+            return (StatusCode::FORBIDDEN, "host not allowed").into_response();
+        }
+    }
+    next.run(req).await
 }
 
 /// The Content-Security-Policy of every response: same-origin script, style
@@ -64,7 +100,21 @@ type Shared = State<Arc<AppState>>;
 
 /// The dashboard router, searching the process's `PATH` for the bridge.
 pub fn router(backends: DashboardBackends) -> Router {
-    router_with_options(backends, DashboardOptions::default())
+    let allowed_hosts = std::env::var("SLM_HTTP_ALLOWED_HOSTS")
+        .map(|v| {
+            v.split(',')
+                .map(|h| h.trim().to_string())
+                .filter(|h| !h.is_empty())
+                .collect()
+        })
+        .unwrap_or_default();
+    router_with_options(
+        backends,
+        DashboardOptions {
+            allowed_hosts,
+            ..DashboardOptions::default()
+        },
+    )
 }
 
 /// [`router`] with explicit options.
@@ -81,6 +131,10 @@ pub fn router_with_options(backends: DashboardBackends, options: DashboardOption
         .route("/api/runs/{run_id}", get(api_run))
         .route("/api/checks", get(api_checks))
         .route("/api/integrations/bounded-loops", get(api_bounded_loops))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            check_host,
+        ))
         .with_state(state)
         .layer(axum::middleware::map_response(security_headers))
 }
@@ -217,4 +271,17 @@ async fn bounded_loops_page(State(s): Shared) -> Response {
     let p = path_var(&s);
     let pane = bridge::status(s.backends.bridge.as_ref(), p.as_ref()).await;
     Html(pages::bounded_loops(&pane)).into_response()
+}
+
+#[cfg(test)]
+mod host_tests {
+    use super::host_name;
+
+    #[test]
+    fn host_names_drop_the_port() {
+        assert_eq!(host_name("127.0.0.1:8080"), "127.0.0.1");
+        assert_eq!(host_name("localhost"), "localhost");
+        assert_eq!(host_name("[::1]:8080"), "[::1]");
+        assert_eq!(host_name("evil.example:80"), "evil.example");
+    }
 }

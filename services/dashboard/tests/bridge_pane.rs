@@ -83,6 +83,7 @@ async fn app(fake: FakeBridge, path: &std::path::Path) -> (axum::Router, tempfil
         backends,
         DashboardOptions {
             search_path: Some(OsString::from(path)),
+            ..Default::default()
         },
     );
     (r, data)

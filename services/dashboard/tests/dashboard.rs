@@ -72,6 +72,7 @@ impl World {
             b,
             DashboardOptions {
                 search_path: Some(OsString::from(self.empty_path.path())),
+                ..Default::default()
             },
         )
     }
@@ -506,6 +507,7 @@ async fn an_executable_on_path_without_a_bridge_is_unknown_never_live() {
         w.backends.clone(),
         DashboardOptions {
             search_path: Some(OsString::from(bin.path())),
+            ..Default::default()
         },
     );
     let v = get_json(&app, "/api/integrations/bounded-loops").await;
@@ -516,4 +518,32 @@ async fn an_executable_on_path_without_a_bridge_is_unknown_never_live() {
     let html = get_html(&app, "/integrations/bounded-loops").await;
     assert!(html.contains(">unknown<"));
     assert!(html.contains("Nothing has been observed yet"));
+}
+
+/// A page on another site cannot read the dashboard through DNS rebinding:
+/// only loopback (or explicitly allowed) Host names are served.
+#[tokio::test]
+async fn foreign_hosts_are_refused() {
+    let w = world().await;
+    let app = w.app();
+    for (host, want) in [
+        ("evil.example", StatusCode::FORBIDDEN),
+        ("evil.example:8080", StatusCode::FORBIDDEN),
+        ("127.0.0.1:8080", StatusCode::OK),
+        ("localhost", StatusCode::OK),
+        ("[::1]:8080", StatusCode::OK),
+    ] {
+        let res = app
+            .clone()
+            .oneshot(
+                Request::builder()
+                    .uri("/api/runs")
+                    .header(http::header::HOST, host)
+                    .body(Body::empty())
+                    .unwrap(),
+            )
+            .await
+            .unwrap();
+        assert_eq!(res.status(), want, "{host}");
+    }
 }
