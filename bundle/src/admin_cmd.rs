@@ -10,6 +10,7 @@ use slm_proto::v1 as pb;
 use slm_runtime::DataRoot;
 
 use crate::cli::ProfileCommand;
+use crate::operator::{operator, operator_token};
 use crate::services::{LEARNING_DB, LEDGER_DB, RECEIPT_DB, SERVE_LOCK, Services};
 use crate::{print_json, rpc};
 use slm_runtime::config::peer_url;
@@ -48,6 +49,13 @@ pub async fn profile(s: &mut Services, c: ProfileCommand) -> anyhow::Result<i32>
                 .await
                 .map_err(rpc)?
                 .into_inner();
+            // A new profile under an erased name may record evidence again.
+            s.bridge
+                .reopen_profile(pb::ProfileErasure {
+                    profile_id: p.profile_id.clone(),
+                })
+                .await
+                .map_err(rpc)?;
             if json {
                 print_json(&json!({"ok": true, "profile_id": p.profile_id}));
             } else {
@@ -55,6 +63,45 @@ pub async fn profile(s: &mut Services, c: ProfileCommand) -> anyhow::Result<i32>
             }
         }
         ProfileCommand::Delete { name, json } => {
+            let known = s
+                .ledger
+                .list_profiles(pb::ListProfilesRequest {})
+                .await
+                .map_err(rpc)?
+                .into_inner()
+                .profiles
+                .iter()
+                .any(|p| p.profile_id == name.trim());
+            if !known {
+                bail!(
+                    "There is no profile '{}' on this computer. A tool call never creates a profile.",
+                    name.trim()
+                );
+            }
+            if name.trim() == "default" {
+                bail!("the default profile cannot be deleted");
+            }
+            // Every service forgets the profile: the bridge first (its
+            // tombstone refuses evidence arriving meanwhile), then jobs and
+            // receipts, then the memories and the profile itself.
+            s.bridge
+                .erase_profile(pb::ProfileErasure {
+                    profile_id: name.clone(),
+                })
+                .await
+                .map_err(rpc)?;
+            let token = operator_token(s)?;
+            let erased = s
+                .receipt
+                .erase_profile(operator(
+                    &token,
+                    pb::EraseReceiptsRequest {
+                        profile_id: name.clone(),
+                    },
+                )?)
+                .await
+                .map_err(rpc)?
+                .into_inner();
             let r = s
                 .ledger
                 .delete_profile(pb::DeleteProfileRequest {
@@ -64,13 +111,17 @@ pub async fn profile(s: &mut Services, c: ProfileCommand) -> anyhow::Result<i32>
                 .map_err(rpc)?
                 .into_inner();
             if json {
-                print_json(
-                    &json!({"ok": true, "profile_id": name, "memories_deleted": r.memories_deleted}),
-                );
+                print_json(&json!({
+                    "ok": true,
+                    "profile_id": name,
+                    "memories_deleted": r.memories_deleted,
+                    "jobs_deleted": erased.jobs,
+                    "receipts_deleted": erased.receipts,
+                }));
             } else {
                 println!(
-                    "deleted profile {name} and its {} memories",
-                    r.memories_deleted
+                    "deleted profile {name}: {} memories, {} jobs, {} receipts, its bridge evidence",
+                    r.memories_deleted, erased.jobs, erased.receipts
                 );
             }
         }

@@ -77,6 +77,17 @@ pub enum Command {
     /// Run every service in this process on the data root and serve gRPC
     /// (and MCP over streamable HTTP at /mcp with --http).
     Serve(ServeArgs),
+    /// Measure this machine: per-lap engine overhead, checks, gate, register,
+    /// DONE after a receipt, recall at 100k memories, the bridge and 1,000
+    /// waiting watchers (temporary data; the data root is not touched).
+    Bench {
+        /// Fewer samples and 200 watchers: under 5 minutes on 2 cores.
+        #[arg(long)]
+        quick: bool,
+        /// Print the figures as one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
     /// Serve MCP over stdio for an agent host (Claude Code, Codex, Cursor…).
     Mcp {
         /// Tool profile: code, full, power or whole (default: SLM_MCP_PROFILE,
@@ -287,6 +298,7 @@ impl Command {
                 | ProfileCommand::Delete { json, .. },
             ) => *json,
             Command::Backup { json, .. } | Command::Restore { json, .. } => *json,
+            Command::Bench { json, .. } => *json,
             Command::Serve(_) | Command::Mcp { .. } => false,
         }
     }

@@ -1,10 +1,12 @@
 //! `slm`: the bounded-loops system as one local binary.
 
 mod admin_cmd;
+mod bench_cmd;
 mod check_cmd;
 mod cli;
 mod loop_cmd;
 mod memory_cmd;
+mod operator;
 mod serve_cmd;
 mod services;
 
@@ -36,6 +38,7 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Serve(args) => serve_cmd::serve(args).await,
         Command::Mcp { profile } => serve_cmd::mcp(profile).await,
         Command::Restore { src, json } => admin_cmd::restore(&src, json),
+        Command::Bench { quick, json } => bench_cmd::bench(quick, json).await,
         command => {
             let mut s = Services::connect().await?;
             let code = match command {
@@ -45,7 +48,10 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
                 Command::Check(c) => check_cmd::run(&mut s, &profile, c).await,
                 Command::Profile(c) => admin_cmd::profile(&mut s, c).await,
                 Command::Backup { dest, json } => admin_cmd::backup(&mut s, &dest, json).await,
-                Command::Serve(_) | Command::Mcp { .. } | Command::Restore { .. } => {
+                Command::Serve(_)
+                | Command::Mcp { .. }
+                | Command::Restore { .. }
+                | Command::Bench { .. } => {
                     unreachable!("handled above")
                 }
             };

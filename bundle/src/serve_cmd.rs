@@ -29,6 +29,12 @@ async fn shutdown_signal() {
     let _ = ctrl_c.await;
 }
 
+/// Exports the spans still buffered (OpenTelemetry only; a no-op without
+/// `OTEL_EXPORTER_OTLP_ENDPOINT`). The SDK's shutdown blocks.
+async fn flush_telemetry() {
+    let _ = tokio::task::spawn_blocking(slm_runtime::telemetry::shutdown).await;
+}
+
 /// The tool profile: `--profile`, else SLM_MCP_PROFILE / SLM_MCP_ALL_TOOLS.
 fn tool_profile(flag: Option<String>) -> anyhow::Result<ToolProfile> {
     match flag {
@@ -53,6 +59,7 @@ pub async fn mcp(profile: Option<String>) -> anyhow::Result<i32> {
     let s = Services::connect().await?;
     slm_gateway::serve_stdio(Gateway::new(backends(&s), profile, None)).await?;
     s.close().await;
+    flush_telemetry().await;
     Ok(0)
 }
 
@@ -116,7 +123,9 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<i32> {
         .build_v1()
         .context("building gRPC reflection")?;
     routes.add_service(reflection);
-    let router = tonic::transport::Server::builder().add_routes(routes.routes());
+    let router = tonic::transport::Server::builder()
+        .layer(slm_runtime::trace_context::ServerLayer)
+        .add_routes(routes.routes());
     let listener = tokio::net::TcpListener::bind(args.grpc)
         .await
         .with_context(|| format!("binding {}", args.grpc))?;
@@ -177,5 +186,6 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<i32> {
     eprintln!("slm serve: stopped");
     s.close().await;
     drop(lock);
+    flush_telemetry().await;
     Ok(0)
 }

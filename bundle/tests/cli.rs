@@ -1351,3 +1351,52 @@ async fn a_check_run_by_another_process_ends_a_waiting_watcher_done() {
         laps[0].detail
     );
 }
+
+/// Deleting a profile deletes what every service holds for it: memories,
+/// registered jobs and receipts, bridge evidence.
+#[test]
+fn deleting_a_profile_erases_its_jobs_and_receipts() {
+    let r = Root::new();
+    let proj = project(&r);
+    r.ok(&["profile", "create", "work"]);
+    let v = r.json(&[
+        "--profile-id",
+        "work",
+        "check",
+        "register",
+        "--task",
+        "t",
+        "--watcher",
+        "w",
+        "--producer",
+        "op",
+        "--cwd",
+        proj.to_str().unwrap(),
+        "--check",
+        "check.sh",
+        "--artifact",
+        "src/*.txt",
+        "--json",
+        "--",
+        "sh",
+        "check.sh",
+    ]);
+    let job = v["job_id"].as_str().unwrap().to_string();
+    r.ok(&["--profile-id", "work", "check", "run", &job]);
+    r.ok(&["--profile-id", "work", "remember", "a work memory"]);
+    let v = r.json(&["profile", "delete", "work", "--json"]);
+    assert_eq!(
+        v,
+        json!({"ok": true, "profile_id": "work", "memories_deleted": 1,
+               "jobs_deleted": 1, "receipts_deleted": 1})
+    );
+    r.ok(&["profile", "create", "work"]);
+    let v = r.json(&["--profile-id", "work", "check", "list", "--json"]);
+    assert_eq!(v["jobs"], json!([]));
+    let (code, _, err) = r.run(&["profile", "delete", "nobody"]);
+    assert_eq!(code, 1);
+    assert!(
+        err.starts_with("slm: error: There is no profile 'nobody' on this computer."),
+        "{err}"
+    );
+}

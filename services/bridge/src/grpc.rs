@@ -120,6 +120,32 @@ impl BridgeRpc for BridgeService {
         }))
     }
 
+    async fn erase_profile(
+        &self,
+        req: Request<pb::ProfileErasure>,
+    ) -> Result<Response<pb::ProfileErasureResponse>, Status> {
+        let p = profile(&req.into_inner().profile_id)?;
+        self.bridge
+            .store()
+            .erase_profile(&p)
+            .await
+            .map_err(|e| Status::unavailable(e.message))?;
+        Ok(Response::new(pb::ProfileErasureResponse {}))
+    }
+
+    async fn reopen_profile(
+        &self,
+        req: Request<pb::ProfileErasure>,
+    ) -> Result<Response<pb::ProfileErasureResponse>, Status> {
+        let p = profile(&req.into_inner().profile_id)?;
+        self.bridge
+            .store()
+            .reopen_profile(&p)
+            .await
+            .map_err(|e| Status::unavailable(e.message))?;
+        Ok(Response::new(pb::ProfileErasureResponse {}))
+    }
+
     async fn list_observations(
         &self,
         req: Request<pb::ListObservationsRequest>,

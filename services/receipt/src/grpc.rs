@@ -267,6 +267,24 @@ impl ReceiptRpc for ReceiptService {
         Ok(Response::new(pb::GateStatusResponse { passed, reason }))
     }
 
+    async fn erase_profile(
+        &self,
+        req: Request<pb::EraseReceiptsRequest>,
+    ) -> Result<Response<pb::EraseReceiptsResponse>, Status> {
+        self.require_operator(req.metadata())?;
+        let p = req.into_inner().profile_id;
+        if p.trim().is_empty() {
+            return Err(Status::invalid_argument("profile_id is required"));
+        }
+        let (jobs, receipts) = self
+            .checks
+            .store()
+            .erase_profile(p.trim(), &slm_runtime::time::now_iso())
+            .await
+            .map_err(|e| Status::unavailable(e.to_string()))?;
+        Ok(Response::new(pb::EraseReceiptsResponse { jobs, receipts }))
+    }
+
     type WatchReceiptsStream = ReceiptStream;
 
     async fn watch_receipts(
