@@ -51,6 +51,18 @@ impl Bridge for FakeBridge {
     ) -> Result<Response<pb::ObserveResponse>, Status> {
         panic!("the dashboard must never observe evidence")
     }
+    async fn erase_profile(
+        &self,
+        _: GrpcRequest<pb::ProfileErasure>,
+    ) -> Result<Response<pb::ProfileErasureResponse>, Status> {
+        panic!("the dashboard must never erase evidence")
+    }
+    async fn reopen_profile(
+        &self,
+        _: GrpcRequest<pb::ProfileErasure>,
+    ) -> Result<Response<pb::ProfileErasureResponse>, Status> {
+        panic!("the dashboard must never reopen a profile")
+    }
     async fn list_observations(
         &self,
         _: GrpcRequest<pb::ListObservationsRequest>,
