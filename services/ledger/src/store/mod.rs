@@ -144,40 +144,6 @@ fn summarise_runs<'a>(laps: &'a [NewLap], stored: &[StoredMemory]) -> Vec<RunDel
     runs
 }
 
-async fn insert_memory_row(
-    conn: &mut AnyConnection,
-    m: &NewMemory,
-    created_at: &str,
-) -> Result<StoredMemory, LedgerError> {
-    let tags_json = serde_json::to_string(&m.tags).expect("tags serialise");
-    let id: i64 = sqlx::query_scalar(
-        "INSERT INTO memories (profile_id, content, session_id, agent_id, importance, metadata, tags, created_at) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING id",
-    )
-    .bind(&m.profile_id)
-    .bind(&m.content)
-    .bind(&m.session_id)
-    .bind(&m.agent_id)
-    .bind(i64::from(m.importance))
-    .bind(&m.metadata)
-    .bind(&tags_json)
-    .bind(created_at)
-    .fetch_one(&mut *conn)
-    .await
-    .map_err(profile_error(&m.profile_id))?;
-    Ok(StoredMemory {
-        id,
-        profile_id: m.profile_id.clone(),
-        content: m.content.clone(),
-        tags: m.tags.clone(),
-        session_id: m.session_id.clone(),
-        metadata: m.metadata.clone(),
-        importance: m.importance,
-        agent_id: m.agent_id.clone(),
-        created_at: created_at.to_string(),
-    })
-}
-
 /// Several memories in one statement. Ids are assigned in row order on both
 /// backends, so the returned ids, sorted, match the rows in order.
 async fn insert_memory_rows(
@@ -185,9 +151,6 @@ async fn insert_memory_rows(
     ms: &[&NewMemory],
     created_at: &str,
 ) -> Result<Vec<StoredMemory>, LedgerError> {
-    if ms.len() == 1 {
-        return Ok(vec![insert_memory_row(conn, ms[0], created_at).await?]);
-    }
     let values: Vec<String> = (0..ms.len())
         .map(|i| {
             let b = i * 8;
@@ -297,7 +260,9 @@ impl Store {
         created_at: &str,
     ) -> Result<StoredMemory, LedgerError> {
         let mut tx = self.db.pool.begin().await?;
-        let stored = insert_memory_row(&mut tx, m, created_at).await?;
+        let stored = insert_memory_rows(&mut tx, &[m], created_at)
+            .await?
+            .remove(0);
         insert_tags(&mut tx, std::iter::once((m, stored.id))).await?;
         tx.commit().await?;
         Ok(stored)
