@@ -10,6 +10,7 @@ pub mod telemetry;
 #[cfg(feature = "test-support")]
 pub mod testing;
 pub mod time;
+pub mod trace_context;
 pub mod transport;
 
 pub use config::{ConfigError, DataRoot};

@@ -7,7 +7,7 @@
 use std::convert::Infallible;
 
 use tonic::body::Body;
-use tower::{Service, ServiceExt, util::BoxCloneSyncService};
+use tower::{Layer, Service, ServiceExt, util::BoxCloneSyncService};
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -33,7 +33,12 @@ where
         + 'static,
     S::Future: Send + 'static,
 {
-    BoxCloneSyncService::new(server.map_err(|never: Infallible| match never {}))
+    // Both sides of the trace-context hop, so an in-process call looks like
+    // (and is tested as) a remote one.
+    let server = crate::trace_context::ServerLayer.layer(server);
+    BoxCloneSyncService::new(
+        crate::trace_context::ClientLayer.layer(server.map_err(|never: Infallible| match never {})),
+    )
 }
 
 /// A transport to a service this process neither runs nor knows the address
@@ -58,5 +63,7 @@ pub fn remote(url: &str) -> Result<Transport, BoxError> {
         .http2_keep_alive_interval(std::time::Duration::from_secs(30))
         .keep_alive_while_idle(true)
         .connect_lazy();
-    Ok(BoxCloneSyncService::new(channel.map_err(TransportError)))
+    Ok(BoxCloneSyncService::new(
+        crate::trace_context::ClientLayer.layer(channel.map_err(TransportError)),
+    ))
 }

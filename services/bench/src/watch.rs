@@ -1,16 +1,22 @@
 //! How soon a waiting `slm_loop_run` watcher reports DONE after the
-//! operator's receipt is stored. The operator runs the check through its own
-//! database connection, as another process would, so the watcher can learn
-//! of it only through the SQLite change feed (inotify) and the receipt event
-//! stream — not through an in-process shortcut. The watcher's poll interval
-//! is 30 s, so any figure far below that is the event path.
+//! operator's receipt is stored (`watch.done_after_receipt_ms`).
 //!
-//! Prints `{"watch.done_after_receipt_ms": {"median","p99","n"}}`.
-//! `cargo bench -p slm-loop-engine --bench watch [-- --quick]`
+//! The ledger, receipt and loop-engine services run in this process, wired
+//! as `slm serve` wires them. The operator runs the check through its own
+//! receipt `Store` (a separate SQLite connection pool on the same database
+//! file), as another process would, so the watcher can learn of the receipt
+//! only through the SQLite change feed (inotify) and the receipt event
+//! stream — not through an in-process shortcut. It is not a second OS
+//! process. The watcher's poll interval is 30 s, so any figure far below
+//! that is the event path.
+//!
+//! A sample runs from `Checks::run` returning (the receipt is committed) to
+//! the watcher's outcome event arriving at the client; each sample is a new
+//! job and a new watcher that has finished its first lap and waits.
 
 use std::time::{Duration, Instant};
 
-use serde_json::json;
+use serde_json::{Value, json};
 use slm_ledger::{LedgerService, Store as LedgerStore};
 use slm_loop_engine::LoopEngineService;
 use slm_proto::v1 as pb;
@@ -24,9 +30,10 @@ use slm_runtime::config::sqlite_url;
 use slm_runtime::transport::in_process;
 use tokio_stream::StreamExt;
 
-#[tokio::main(flavor = "multi_thread")]
-async fn main() {
-    let quick = std::env::args().any(|a| a == "--quick");
+use crate::summary;
+
+/// `(figures, details)`.
+pub async fn run(quick: bool) -> (Value, Value) {
     let n = if quick { 8 } else { 30 };
     let data = tempfile::tempdir().unwrap();
     let project = tempfile::tempdir().unwrap();
@@ -117,11 +124,11 @@ async fn main() {
         assert_eq!(o.status, "DONE", "{}", o.reason);
         ms.push(done_at.duration_since(stored).as_secs_f64() * 1000.0);
     }
-    ms.sort_by(f64::total_cmp);
-    let at = |q: f64| ms[((ms.len() as f64 - 1.0) * q).round() as usize];
-    let r3 = |x: f64| (x * 1000.0).round() / 1000.0;
-    println!(
-        "{}",
-        json!({"watch.done_after_receipt_ms": {"median": r3(at(0.5)), "p99": r3(at(0.99)), "n": ms.len()}})
-    );
+    let figures = json!({"watch.done_after_receipt_ms": summary(ms)});
+    let details = json!({
+        "method": "separate receipt Store (own SQLite pool) in this process; change feed + receipt event stream",
+        "watcher_poll_interval_s": 30.0,
+        "runs": n,
+    });
+    (figures, details)
 }

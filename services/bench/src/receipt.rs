@@ -1,25 +1,28 @@
-//! Receipt service benchmark: registering a job, running a trivial
-//! registered check (`/bin/true`) and evaluating the gate with a valid PASS
-//! receipt, for three artifact sets: 10 small files, 1,000 × 4 KiB and
-//! 20 × 10 MB. Prints one JSON object; every figure is
-//! `{"median", "p99", "n"}` in milliseconds.
+//! The receipt service: registering a job, running a trivial registered
+//! check (`/bin/true`) and evaluating the gate with a valid PASS receipt,
+//! for three artifact sets: `small` = 10 files of 256 B, `1k` = 1,000 ×
+//! 4 KiB and `200mb` = 20 × 10 MB. Figures in milliseconds, measured on
+//! `Checks` directly (no gRPC hop), one SQLite receipt database per set.
 //!
-//! `cargo bench -p slm-receipt --bench receipt [-- --quick]`
+//! - `receipt.register_ms.{small,1k}`: one `Checks::register` (pins the
+//!   check files, records the job);
+//! - `receipt.check_ms.{small,1k,200mb}`: one `Checks::run` of the same job
+//!   (copy the inputs, run contained, hash, sign, store the receipt);
+//! - `receipt.gate_eval_ms.{small,1k,200mb}`: one `Checks::gate` that passes
+//!   on the latest valid receipt (3 × as many samples as runs).
+//!
+//! One warm-up register + run per set is not timed (key creation, page
+//! cache). Project creation is not timed.
 
 use std::path::Path;
 use std::time::Instant;
 
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 use slm_receipt::checks::{Checks, Registration};
 use slm_receipt::domain::gate::GateRequest;
 use slm_receipt::store::Store;
 
-fn stats(mut ms: Vec<f64>) -> Value {
-    ms.sort_by(f64::total_cmp);
-    let n = ms.len();
-    let at = |q: f64| ms[((n as f64 - 1.0) * q).round() as usize];
-    json!({"median": (at(0.5) * 1000.0).round() / 1000.0, "p99": (at(0.99) * 1000.0).round() / 1000.0, "n": n})
-}
+use crate::{millis, summary};
 
 fn make_project(root: &Path, files: usize, size: usize) {
     std::fs::create_dir_all(root.join("src")).unwrap();
@@ -48,30 +51,20 @@ fn registration(project: &Path, watcher: &str) -> Registration {
     }
 }
 
-fn cpu_model() -> String {
-    std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split(':').nth(1))
-                .map(|m| m.trim().to_string())
-        })
-        .unwrap_or_default()
-}
+/// The artifact sets: label, files, bytes per file, samples (full, quick).
+pub const SETS: [(&str, usize, usize, usize, usize); 3] = [
+    ("small", 10, 256, 40, 10),
+    ("1k", 1000, 4096, 20, 5),
+    ("200mb", 20, 10 << 20, 8, 3),
+];
 
-#[tokio::main(flavor = "multi_thread")]
-async fn main() {
-    let quick = std::env::args().any(|a| a == "--quick");
-    let sets: [(&str, usize, usize, usize); 3] = [
-        ("small", 10, 256, if quick { 10 } else { 40 }),
-        ("1k", 1000, 4096, if quick { 5 } else { 20 }),
-        ("200mb", 20, 10 << 20, if quick { 3 } else { 8 }),
-    ];
-    let mut register = serde_json::Map::new();
-    let mut check = serde_json::Map::new();
-    let mut gate = serde_json::Map::new();
-    for (label, files, size, n) in sets {
+/// `(figures, details)`.
+pub async fn run(quick: bool) -> (Value, Value) {
+    let mut register = Map::new();
+    let mut check = Map::new();
+    let mut gate = Map::new();
+    for (label, files, size, full_n, quick_n) in SETS {
+        let n = if quick { quick_n } else { full_n };
         let project = tempfile::tempdir().unwrap();
         let data = tempfile::tempdir().unwrap();
         make_project(project.path(), files, size);
@@ -92,9 +85,9 @@ async fn main() {
                     .register(registration(project.path(), &format!("r{i}")))
                     .await
                     .unwrap();
-                ms.push(t.elapsed().as_secs_f64() * 1000.0);
+                ms.push(millis(t));
             }
-            register.insert(label.into(), stats(ms));
+            register.insert(label.into(), summary(ms));
         }
 
         let job = checks
@@ -105,10 +98,10 @@ async fn main() {
         for _ in 0..n {
             let t = Instant::now();
             let r = checks.run(&job.job_id, 30.0, |_| {}).await.unwrap();
-            ms.push(t.elapsed().as_secs_f64() * 1000.0);
+            ms.push(millis(t));
             assert_eq!(r.receipt.verdict, "PASS");
         }
-        check.insert(label.into(), stats(ms));
+        check.insert(label.into(), summary(ms));
 
         let contract = json!({"job_id": job.job_id}).to_string();
         let req = GateRequest {
@@ -122,17 +115,21 @@ async fn main() {
         for _ in 0..n * 3 {
             let t = Instant::now();
             let (passed, reason) = checks.gate(&req).await;
-            ms.push(t.elapsed().as_secs_f64() * 1000.0);
+            ms.push(millis(t));
             assert!(passed, "{reason}");
         }
-        gate.insert(label.into(), stats(ms));
+        gate.insert(label.into(), summary(ms));
     }
-    let out = json!({
+    let figures = json!({
         "receipt.register_ms": register,
         "receipt.check_ms": check,
         "receipt.gate_eval_ms": gate,
-        "containment": slm_receipt::exec::available_containment().as_str(),
-        "machine": {"nproc": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1), "cpu": cpu_model()},
     });
-    println!("{}", serde_json::to_string_pretty(&out).unwrap());
+    let details = json!({
+        "containment": slm_receipt::exec::available_containment().as_str(),
+        "sets": SETS.iter().map(|(l, f, s, full, q)| json!({
+            "set": l, "files": f, "bytes_per_file": s, "runs": if quick { q } else { full },
+        })).collect::<Vec<_>>(),
+    });
+    (figures, details)
 }

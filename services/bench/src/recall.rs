@@ -1,0 +1,322 @@
+//! Recall on a ledger holding 100,000 memories (`recall.at_100k_ms`).
+//!
+//! Setup (not measured): a fresh SQLite ledger (`Store::open`, the real
+//! migrations, so the full-text triggers index every row) is filled with
+//! 100,000 varied memories — 8 to 40 words each drawn with a Zipf-like skew
+//! from a vocabulary of ~80 common engineering words and 4,000 generated rare
+//! words, 1–3 tags, 50 sessions — in multi-row INSERTs of 500 rows,
+//! 5,000 rows per transaction, on the store's own pool. (The store's public
+//! writers are one memory per transaction (`remember`) or lap rows
+//! (`append_laps`); the bulk fill writes the same columns and tag rows they
+//! do.)
+//!
+//! Measured: one `Recall` RPC (default limit 10) through the in-process
+//! `LedgerClient` → `LedgerService` → FTS5 candidates → coverage ranking, for
+//! four realistic queries, round-robin; a sample is one call.
+
+use std::time::Instant;
+
+use serde_json::{Map, Value, json};
+use sqlx::AssertSqlSafe;
+
+use slm_ledger::{LedgerService, Store};
+use slm_proto::v1 as pb;
+use slm_proto::v1::ledger_client::LedgerClient;
+use slm_runtime::config::sqlite_url;
+use slm_runtime::transport::in_process;
+
+use crate::{millis, round, summary};
+
+pub const MEMORIES: usize = 100_000;
+const ROWS_PER_STATEMENT: usize = 500;
+const ROWS_PER_TRANSACTION: usize = 5_000;
+
+/// Common words, most frequent first.
+const COMMON: &[&str] = &[
+    "the",
+    "build",
+    "test",
+    "database",
+    "user",
+    "error",
+    "deploy",
+    "config",
+    "service",
+    "api",
+    "release",
+    "fix",
+    "migration",
+    "cache",
+    "timeout",
+    "request",
+    "server",
+    "client",
+    "log",
+    "branch",
+    "merge",
+    "review",
+    "latency",
+    "query",
+    "index",
+    "schema",
+    "failed",
+    "passed",
+    "flaky",
+    "pipeline",
+    "docker",
+    "kubernetes",
+    "rollback",
+    "version",
+    "dependency",
+    "upgrade",
+    "memory",
+    "leak",
+    "crash",
+    "retry",
+    "queue",
+    "worker",
+    "token",
+    "auth",
+    "login",
+    "session",
+    "prefers",
+    "dark",
+    "mode",
+    "editor",
+    "tabs",
+    "spaces",
+    "python",
+    "rust",
+    "typescript",
+    "postgres",
+    "sqlite",
+    "redis",
+    "nginx",
+    "tls",
+    "certificate",
+    "expired",
+    "disk",
+    "full",
+    "cpu",
+    "spike",
+    "alert",
+    "oncall",
+    "incident",
+    "postmortem",
+    "customer",
+    "invoice",
+    "payment",
+    "refund",
+    "email",
+    "notification",
+    "webhook",
+    "staging",
+    "production",
+];
+
+/// The queries timed, round-robin.
+pub const QUERIES: [&str; 4] = [
+    "why did the database migration fail in staging",
+    "user prefers dark mode in the editor",
+    "flaky test in the release pipeline",
+    "how to rollback a kubernetes deploy after a certificate expired",
+];
+
+/// xorshift64*: deterministic, fast, good enough for synthetic text.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.0 = x;
+        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+    /// A Zipf-like rank in 0..n: small ranks far more often.
+    fn skewed(&mut self, n: usize) -> usize {
+        let u = (self.next() >> 11) as f64 / (1u64 << 53) as f64;
+        // Log-uniform over 1..=n, then shifted to 0-based.
+        ((n as f64).powf(u) as usize).saturating_sub(1).min(n - 1)
+    }
+}
+
+fn rare_words(rng: &mut Rng, n: usize) -> Vec<String> {
+    const SYL: &[&str] = &[
+        "ka", "lo", "mi", "ne", "tor", "vex", "ra", "shi", "zu", "pel", "quo", "dan", "fi", "gor",
+        "hal", "jin", "sta", "bre", "cly", "wen",
+    ];
+    (0..n)
+        .map(|_| {
+            let parts = 2 + rng.below(3);
+            (0..parts).map(|_| SYL[rng.below(SYL.len())]).collect()
+        })
+        .collect()
+}
+
+struct Row {
+    content: String,
+    session: String,
+    tags: Vec<String>,
+    importance: i64,
+}
+
+fn memory(rng: &mut Rng, rare: &[String]) -> Row {
+    let words = 8 + rng.below(33);
+    let mut content = String::new();
+    for w in 0..words {
+        if w > 0 {
+            content.push(' ');
+        }
+        if rng.below(100) < 65 {
+            content.push_str(COMMON[rng.skewed(COMMON.len())]);
+        } else {
+            content.push_str(&rare[rng.skewed(rare.len())]);
+        }
+    }
+    content.push('.');
+    let tags = (0..1 + rng.below(3))
+        .map(|_| COMMON[1 + rng.below(30)].to_string())
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    Row {
+        content,
+        session: format!("session-{}", rng.below(50)),
+        tags,
+        importance: 1 + rng.below(10) as i64,
+    }
+}
+
+/// Fills `store` with `MEMORIES` memories in the default profile.
+async fn fill(store: &Store) {
+    let mut rng = Rng(0x5EED_1234_ABCD_0001);
+    let rare = rare_words(&mut rng, 4_000);
+    let created = slm_runtime::time::now_iso();
+    let pool = &store.db().pool;
+    let mut written = 0;
+    while written < MEMORIES {
+        let mut tx = pool.begin().await.expect("begin");
+        let in_tx = ROWS_PER_TRANSACTION.min(MEMORIES - written);
+        let mut done = 0;
+        while done < in_tx {
+            let k = ROWS_PER_STATEMENT.min(in_tx - done);
+            let rows: Vec<Row> = (0..k).map(|_| memory(&mut rng, &rare)).collect();
+            let values: Vec<String> = (0..k)
+                .map(|i| {
+                    let b = i * 8;
+                    format!(
+                        "(${}, ${}, ${}, ${}, ${}, ${}, ${}, ${})",
+                        b + 1,
+                        b + 2,
+                        b + 3,
+                        b + 4,
+                        b + 5,
+                        b + 6,
+                        b + 7,
+                        b + 8
+                    )
+                })
+                .collect();
+            let sql = format!(
+                "INSERT INTO memories (profile_id, content, session_id, agent_id, importance, metadata, tags, created_at) \
+                 VALUES {} RETURNING id",
+                values.join(", ")
+            );
+            let mut q = sqlx::query_scalar::<_, i64>(AssertSqlSafe(sql));
+            for r in &rows {
+                q = q
+                    .bind("default")
+                    .bind(r.content.clone())
+                    .bind(r.session.clone())
+                    .bind("bench-agent")
+                    .bind(r.importance)
+                    .bind("{}")
+                    .bind(serde_json::to_string(&r.tags).expect("tags serialise"))
+                    .bind(created.clone());
+            }
+            let mut ids = q.fetch_all(&mut *tx).await.expect("insert memories");
+            ids.sort_unstable();
+            let tag_rows: Vec<(i64, &str)> = rows
+                .iter()
+                .zip(&ids)
+                .flat_map(|(r, id)| r.tags.iter().map(move |t| (*id, t.as_str())))
+                .collect();
+            let values: Vec<String> = (0..tag_rows.len())
+                .map(|i| format!("(${}, ${}, ${})", i * 3 + 1, i * 3 + 2, i * 3 + 3))
+                .collect();
+            let sql = format!(
+                "INSERT INTO memory_tags (profile_id, memory_id, tag) VALUES {}",
+                values.join(", ")
+            );
+            let mut q = sqlx::query(AssertSqlSafe(sql));
+            for (id, t) in tag_rows {
+                q = q.bind("default").bind(id).bind(t.to_string());
+            }
+            q.execute(&mut *tx).await.expect("insert tags");
+            done += k;
+        }
+        tx.commit().await.expect("commit");
+        written += in_tx;
+    }
+}
+
+/// `(figures, details)`.
+pub async fn run(quick: bool) -> (Value, Value) {
+    let (warmup, calls) = if quick { (8, 100) } else { (20, 400) };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = Store::open(&sqlite_url(&dir.path().join("memory.db")))
+        .await
+        .expect("open the ledger store");
+    let t = Instant::now();
+    fill(&store).await;
+    let fill_s = t.elapsed().as_secs_f64();
+    let mut client = LedgerClient::new(in_process(LedgerService::new(store.clone()).into_server()));
+
+    let mut all = Vec::with_capacity(calls);
+    let mut per_query: Vec<Vec<f64>> = vec![Vec::new(); QUERIES.len()];
+    let mut hits = vec![0usize; QUERIES.len()];
+    for i in 0..warmup + calls {
+        let q = i % QUERIES.len();
+        let req = pb::RecallRequest {
+            profile_id: String::new(),
+            query: QUERIES[q].into(),
+            limit: 10,
+            ..Default::default()
+        };
+        let start = Instant::now();
+        let r = client.recall(req).await.expect("Recall").into_inner();
+        let ms = millis(start);
+        hits[q] = r.results.len();
+        if i >= warmup {
+            all.push(ms);
+            per_query[q].push(ms);
+        }
+    }
+    store.close().await;
+    let db_bytes: u64 = ["memory.db", "memory.db-wal"]
+        .iter()
+        .filter_map(|f| std::fs::metadata(dir.path().join(f)).ok())
+        .map(|m| m.len())
+        .sum();
+    let mut queries = Map::new();
+    for (q, samples) in per_query.into_iter().enumerate() {
+        queries.insert(
+            QUERIES[q].into(),
+            json!({"ms": summary(samples), "results": hits[q]}),
+        );
+    }
+    let figures = json!({"recall.at_100k_ms": summary(all)});
+    let details = json!({
+        "memories": MEMORIES,
+        "fill_s": round(fill_s, 2),
+        "db_bytes": db_bytes,
+        "limit": 10,
+        "queries": queries,
+    });
+    (figures, details)
+}
