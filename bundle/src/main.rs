@@ -97,5 +97,7 @@ fn main() {
         }
     };
     drop(runtime);
+    // Flush spans of one-shot commands (a no-op without OpenTelemetry).
+    slm_runtime::telemetry::shutdown();
     std::process::exit(code);
 }

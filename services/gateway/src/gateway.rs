@@ -129,6 +129,17 @@ impl Gateway {
         args: &Map<String, Value>,
         ctx: &RequestContext<RoleServer>,
     ) -> Value {
+        // One span per tool call: every gRPC call it makes joins its trace.
+        let span = tracing::info_span!(target: "slm::mcp", "mcp.tool", otel.name = name);
+        tracing::Instrument::instrument(self.dispatch_tool(name, args, ctx), span).await
+    }
+
+    async fn dispatch_tool(
+        &self,
+        name: &str,
+        args: &Map<String, Value>,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Value {
         match name {
             LOOP_RUN => self.loop_run(args, ctx).await,
             LOOP_HISTORY => self.loop_history(args).await,

@@ -94,7 +94,19 @@ pub async fn serve_http_with(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let ct = CancellationToken::new();
-    let config = StreamableHttpServerConfig::default().with_cancellation_token(ct.clone());
+    let mut config = StreamableHttpServerConfig::default().with_cancellation_token(ct.clone());
+    // Extra Host names (compose service names) besides rmcp's loopback ones.
+    let extra_hosts: Vec<String> = std::env::var("SLM_HTTP_ALLOWED_HOSTS")
+        .unwrap_or_default()
+        .split(',')
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .collect();
+    if !extra_hosts.is_empty() {
+        let mut hosts = config.allowed_hosts.clone();
+        hosts.extend(extra_hosts);
+        config = config.with_allowed_hosts(hosts);
+    }
     let app = http_router_with_config(backends, profile, config).merge(extra);
     axum::serve(listener, app)
         .with_graceful_shutdown(async move {

@@ -90,6 +90,9 @@ impl LoopEngineService {
         let kill = self.kill.clone();
         let active = self.active.clone();
         active.lock().unwrap().insert(run_id.clone());
+        // The run keeps the caller's span, so its ledger and receipt calls
+        // join the caller's trace.
+        let run = tracing::Instrument::in_current_span(run);
         tokio::spawn(async move {
             let outcome = run.await;
             active.lock().unwrap().remove(&run_id);

@@ -49,7 +49,9 @@ pub struct ServiceLedger {
 impl ServiceLedger {
     pub fn start(client: LedgerClient<Transport>, profile_id: String, agent_id: String) -> Self {
         let (queue, rows) = mpsc::channel(QUEUE);
-        let writer = tokio::spawn(write_behind(client, profile_id, agent_id, rows));
+        let writer = tokio::spawn(tracing::Instrument::in_current_span(write_behind(
+            client, profile_id, agent_id, rows,
+        )));
         Self {
             queue: Some(queue),
             writer: Some(writer),
