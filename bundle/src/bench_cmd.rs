@@ -3,15 +3,15 @@
 //! the whole object. Exit 0 whether or not goals are met: a benchmark
 //! measures, it does not judge the build.
 
-pub async fn bench(quick: bool, json: bool) -> anyhow::Result<i32> {
+pub async fn bench(quick: bool, json: bool, only: Vec<String>) -> anyhow::Result<i32> {
     if !json {
         eprintln!(
             "slm bench{}: measuring (about {} on 2 cores)…",
             if quick { " --quick" } else { "" },
-            if quick { "3–5 minutes" } else { "10 minutes" }
+            if quick { "1 minute" } else { "2½ minutes" }
         );
     }
-    let out = slm_bench::run(slm_bench::Options::quick(quick)).await;
+    let out = slm_bench::run(slm_bench::Options { quick, only }).await;
     if json {
         crate::print_json(&out);
     } else {

@@ -87,6 +87,9 @@ pub enum Command {
         /// Print the figures as one JSON object.
         #[arg(long)]
         json: bool,
+        /// Only these areas: engine, receipt, watch, recall, bridge, watchers.
+        #[arg(long, value_delimiter = ',', value_name = "AREA[,AREA]")]
+        only: Vec<String>,
     },
     /// Serve MCP over stdio for an agent host (Claude Code, Codex, Cursor…).
     Mcp {
