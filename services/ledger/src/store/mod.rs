@@ -268,6 +268,23 @@ impl Store {
         Ok(stored)
     }
 
+    /// Stores many memories in one transaction (imports, benchmark fills).
+    pub async fn remember_many(
+        &self,
+        ms: &[NewMemory],
+        created_at: &str,
+    ) -> Result<usize, LedgerError> {
+        let mut tx = self.db.pool.begin().await?;
+        // Keep each statement well under SQLite's bound-parameter limit.
+        for chunk in ms.chunks(500) {
+            let refs: Vec<&NewMemory> = chunk.iter().collect();
+            let stored = insert_memory_rows(&mut tx, &refs, created_at).await?;
+            insert_tags(&mut tx, chunk.iter().zip(stored.iter().map(|m| m.id))).await?;
+        }
+        tx.commit().await?;
+        Ok(ms.len())
+    }
+
     /// Stores laps as memories and updates their runs' summaries, in one
     /// transaction (a batch is one commit, one WAL sync, one full-text
     /// segment). A `gate_row` becomes its run's newest gate detail.
