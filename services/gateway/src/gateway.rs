@@ -276,18 +276,8 @@ impl Gateway {
     // ---- slm_loop_history / slm_loop_show ------------------------------
 
     async fn loop_history(&self, args: &Map<String, Value>) -> Value {
-        let a = Args::new(args);
-        let parsed = (|| -> Result<_, String> {
-            a.only(LOOP_HISTORY_ARGS)?;
-            let name = a.text("name")?.unwrap_or("").trim().to_string();
-            if name.is_empty() {
-                return Err("name is required".to_string());
-            }
-            let limit = a.int("limit", 20)?.clamp(1, 200) as u32;
-            let profile_id = profile_arg(&a)?;
-            Ok((name, limit, profile_id))
-        })();
-        let (name, limit, profile_id) = match parsed {
+        let (name, limit, profile_id) = match read_request(args, LOOP_HISTORY_ARGS, "name", 20, 200)
+        {
             Ok(p) => p,
             Err(e) => return fail(e),
         };
@@ -326,21 +316,11 @@ impl Gateway {
     }
 
     async fn loop_show(&self, args: &Map<String, Value>) -> Value {
-        let a = Args::new(args);
-        let parsed = (|| -> Result<_, String> {
-            a.only(LOOP_SHOW_ARGS)?;
-            let run_id = a.text("run_id")?.unwrap_or("").trim().to_string();
-            if run_id.is_empty() {
-                return Err("run_id is required".to_string());
-            }
-            let limit = a.int("limit", 200)?.clamp(1, 1000) as u32;
-            let profile_id = profile_arg(&a)?;
-            Ok((run_id, limit, profile_id))
-        })();
-        let (run_id, limit, profile_id) = match parsed {
-            Ok(p) => p,
-            Err(e) => return fail(e),
-        };
+        let (run_id, limit, profile_id) =
+            match read_request(args, LOOP_SHOW_ARGS, "run_id", 200, 1000) {
+                Ok(p) => p,
+                Err(e) => return fail(e),
+            };
         let response = self
             .backends
             .loop_engine
@@ -597,6 +577,25 @@ fn run_result(o: pb::RunOutcome, ledger: Vec<Value>) -> Value {
         "ledger_write_errors": o.write_errors.len(),
         "write_errors": o.write_errors,
     })
+}
+
+/// The arguments of the two read tools: a required text `key` (trimmed), a
+/// `limit` clamped to 1..=`max`, and an optional `profile_id` (MCP-06/07/08).
+fn read_request(
+    args: &Map<String, Value>,
+    allowed: &[&str],
+    key: &str,
+    default_limit: i128,
+    max: i128,
+) -> Result<(String, u32, String), String> {
+    let a = Args::new(args);
+    a.only(allowed)?;
+    let value = a.text(key)?.unwrap_or("").trim().to_string();
+    if value.is_empty() {
+        return Err(format!("{key} is required"));
+    }
+    let limit = a.int("limit", default_limit)?.clamp(1, max) as u32;
+    Ok((value, limit, profile_arg(&a)?))
 }
 
 pub(crate) fn fail(error: impl Into<String>) -> Value {
