@@ -15,6 +15,7 @@
 //! cache). Project creation is not timed.
 
 use std::path::Path;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use serde_json::{Map, Value, json};
@@ -51,6 +52,17 @@ fn registration(project: &Path, watcher: &str) -> Registration {
     }
 }
 
+/// Where a check run's time goes, between the progress messages `Checks::run`
+/// sends (the last stage ends when `run` returns).
+const STAGES: [&str; 6] = [
+    "lookup_lock_run_folder",
+    "pin_check_files_expand",
+    "copy_artifacts",
+    "run_contained",
+    "validate_sign_store",
+    "remove_run_folder",
+];
+
 /// The artifact sets: label, files, bytes per file, samples (full, quick).
 pub const SETS: [(&str, usize, usize, usize, usize); 3] = [
     ("small", 10, 256, 40, 10),
@@ -63,6 +75,7 @@ pub async fn run(quick: bool) -> (Value, Value) {
     let mut register = Map::new();
     let mut check = Map::new();
     let mut gate = Map::new();
+    let mut stages = Map::new();
     for (label, files, size, full_n, quick_n) in SETS {
         let n = if quick { quick_n } else { full_n };
         let project = tempfile::tempdir().unwrap();
@@ -95,13 +108,38 @@ pub async fn run(quick: bool) -> (Value, Value) {
             .await
             .unwrap();
         let mut ms = Vec::new();
+        let mut split: Vec<Vec<f64>> = vec![Vec::new(); STAGES.len()];
         for _ in 0..n {
+            let marks = Arc::new(Mutex::new(Vec::new()));
+            let m2 = marks.clone();
             let t = Instant::now();
-            let r = checks.run(&job.job_id, 30.0, |_| {}).await.unwrap();
+            let r = checks
+                .run(&job.job_id, 30.0, move |_| {
+                    m2.lock().unwrap().push(Instant::now())
+                })
+                .await
+                .unwrap();
             ms.push(millis(t));
             assert_eq!(r.receipt.verdict, "PASS");
+            let mut marks = marks.lock().unwrap().clone();
+            marks.insert(0, t);
+            marks.push(Instant::now());
+            if marks.len() == STAGES.len() + 1 {
+                for (i, w) in marks.windows(2).enumerate() {
+                    split[i].push((w[1] - w[0]).as_secs_f64() * 1e3);
+                }
+            }
         }
         check.insert(label.into(), summary(ms));
+        stages.insert(
+            label.into(),
+            STAGES
+                .iter()
+                .zip(split)
+                .map(|(name, v)| (name.to_string(), summary(v)))
+                .collect::<Map<_, _>>()
+                .into(),
+        );
 
         let contract = json!({"job_id": job.job_id}).to_string();
         let req = GateRequest {
@@ -127,6 +165,7 @@ pub async fn run(quick: bool) -> (Value, Value) {
     });
     let details = json!({
         "containment": slm_receipt::exec::available_containment().as_str(),
+        "check_stages_ms": stages,
         "sets": SETS.iter().map(|(l, f, s, full, q)| json!({
             "set": l, "files": f, "bytes_per_file": s, "runs": if quick { q } else { full },
         })).collect::<Vec<_>>(),

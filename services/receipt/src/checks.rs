@@ -16,9 +16,9 @@ use crate::domain::gate::{self, Fault, GateRequest, GateWorld};
 use crate::domain::job::{self, FileRecord, Job};
 use crate::domain::{command, msg, selectors};
 use crate::exec::{self, CheckSpec, ContainmentChoice};
-use crate::fsys::keys;
 use crate::fsys::select::expand;
 use crate::fsys::tree::{self, Dir};
+use crate::fsys::{keys, scratch};
 use crate::store::{Store, StoreError};
 
 /// The search path a check runs with, and bare executables resolve against.
@@ -550,8 +550,16 @@ fn stage(
     progress: &(dyn Fn(String) + Send + Sync),
 ) -> Result<Staged, CheckError> {
     let cwd = PathBuf::from(&job.cwd);
-    let temp =
-        std::fs::canonicalize(std::env::temp_dir()).map_err(|_| refused(msg::TEMP_INSIDE))?;
+    let artifact_files = expand(&cwd, &job.artifact_paths).map_err(refused)?;
+    // Sizes only steer where the run folder goes; a file that vanishes here
+    // fails later, in the copy.
+    let input_bytes: u64 = artifact_files
+        .iter()
+        .filter_map(|f| std::fs::symlink_metadata(cwd.join(f)).ok())
+        .map(|m| m.len())
+        .sum();
+    let temp = std::fs::canonicalize(scratch::run_folder_parent(input_bytes))
+        .map_err(|_| refused(msg::TEMP_INSIDE))?;
     let data_root = std::fs::canonicalize(data_root).map_err(|_| refused(msg::PRIVATE_SYMLINK))?;
     if temp.starts_with(&cwd) || temp.starts_with(&data_root) {
         return Err(refused(msg::TEMP_INSIDE));
@@ -587,7 +595,6 @@ fn stage(
     }
 
     let project = Dir::open(&cwd).map_err(|_| refused(msg::INPUT_IO))?;
-    let artifact_files = expand(&cwd, &job.artifact_paths).map_err(refused)?;
     progress(format!(
         "copying {} declared artifact(s)",
         artifact_files.len()

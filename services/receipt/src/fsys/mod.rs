@@ -3,5 +3,6 @@
 //! check store and the admission key.
 
 pub mod keys;
+pub mod scratch;
 pub mod select;
 pub mod tree;

@@ -139,11 +139,20 @@ impl Dir {
     }
 }
 
-fn hash_reader(mut r: impl Read, mut sink: Option<&mut File>) -> std::io::Result<String> {
+/// Hashes what `r` yields (writing it to `sink` too), reading through the
+/// caller's scratch buffer: allocating (and faulting in) a fresh megabyte per
+/// file dominated runs over many small files.
+fn hash_reader(
+    mut r: impl Read,
+    mut sink: Option<&mut File>,
+    buf: &mut Vec<u8>,
+) -> std::io::Result<String> {
+    if buf.len() < CHUNK {
+        buf.resize(CHUNK, 0);
+    }
     let mut h = Sha256::new();
-    let mut buf = vec![0u8; CHUNK];
     loop {
-        let n = r.read(&mut buf)?;
+        let n = r.read(buf)?;
         if n == 0 {
             break;
         }
@@ -156,25 +165,28 @@ fn hash_reader(mut r: impl Read, mut sink: Option<&mut File>) -> std::io::Result
 }
 
 /// Runs `f` over `items` on a few threads, keeping order; the first error
-/// wins.
+/// wins. Each thread hands `f` its own scratch buffer.
 fn par_map<T: Sync, R: Send>(
     items: &[T],
-    f: impl Fn(&T) -> Result<R, String> + Sync,
+    f: impl Fn(&T, &mut Vec<u8>) -> Result<R, String> + Sync,
 ) -> Result<Vec<R>, String> {
+    let run = |c: &[T]| {
+        let mut buf = Vec::new();
+        c.iter()
+            .map(|x| f(x, &mut buf))
+            .collect::<Result<Vec<R>, String>>()
+    };
     let threads = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1)
         .clamp(1, 8)
         .min(items.len().div_ceil(16).max(1));
     if threads <= 1 {
-        return items.iter().map(&f).collect();
+        return run(items);
     }
     let chunk = items.len().div_ceil(threads);
     std::thread::scope(|s| {
-        let handles: Vec<_> = items
-            .chunks(chunk)
-            .map(|c| s.spawn(|| c.iter().map(&f).collect::<Result<Vec<R>, String>>()))
-            .collect();
+        let handles: Vec<_> = items.chunks(chunk).map(|c| s.spawn(|| run(c))).collect();
         let mut out = Vec::with_capacity(items.len());
         for h in handles {
             out.extend(h.join().map_err(|_| msg::INPUT_IO.to_string())??);
@@ -185,9 +197,9 @@ fn par_map<T: Sync, R: Send>(
 
 /// Hashes files in place (no copy), in parallel.
 pub fn hash_files(root: &Dir, files: &[String]) -> Result<Vec<FileRecord>, String> {
-    par_map(files, |rel| {
+    par_map(files, |rel, buf| {
         let f = root.open_regular(rel)?;
-        let sha256 = hash_reader(f, None).map_err(|_| msg::INPUT_IO.to_string())?;
+        let sha256 = hash_reader(f, None, buf).map_err(|_| msg::INPUT_IO.to_string())?;
         Ok(FileRecord {
             path: rel.clone(),
             sha256,
@@ -197,12 +209,12 @@ pub fn hash_files(root: &Dir, files: &[String]) -> Result<Vec<FileRecord>, Strin
 
 /// Copies files into `dst`, hashing exactly the bytes written (RECEIPT-14).
 pub fn copy_files(src: &Dir, files: &[String], dst: &Dir) -> Result<Vec<FileRecord>, String> {
-    par_map(files, |rel| {
+    par_map(files, |rel, buf| {
         let f = src.open_regular(rel)?;
         let mut out = dst
             .create_file(rel)
             .map_err(|_| msg::INPUT_IO.to_string())?;
-        let sha256 = hash_reader(f, Some(&mut out)).map_err(|_| msg::INPUT_IO.to_string())?;
+        let sha256 = hash_reader(f, Some(&mut out), buf).map_err(|_| msg::INPUT_IO.to_string())?;
         Ok(FileRecord {
             path: rel.clone(),
             sha256,
