@@ -22,6 +22,9 @@ use crate::domain::{Gate, LapResult, Runner, StepError, Verdict};
 
 /// The tag every lap memory carries.
 const LAP_TAG: &str = "slm-loop";
+/// Backoff of the recall retries: 50, 100, 200, 400 ms (750 ms at most).
+const RECALL_RETRY_FIRST: Duration = Duration::from_millis(50);
+const RECALL_RETRY_LAST: Duration = Duration::from_millis(400);
 /// The receipt reason when the receipt service cannot be asked.
 const RECEIPT_UNREACHABLE: &str = "no registered job or execution receipt";
 
@@ -93,24 +96,33 @@ impl WatchGate {
 
 impl Gate for WatchGate {
     async fn check(&mut self, _lap: u32) -> Result<Verdict, StepError> {
-        let recall = self
-            .ledger
-            .recall(pb::RecallRequest {
-                profile_id: self.profile_id.clone(),
-                query: self.query.clone(),
-                limit: GATE_LIMIT,
-                tag: String::new(),
-                evidence_floor: None,
-                exclude_loop_rows: true,
-            })
-            .await
-            .map_err(|s| {
-                StepError::new(
-                    "RuntimeError",
-                    format!("owned SLM reader rejected recall: {}", s.message()),
-                )
-            })?
-            .into_inner();
+        let request = pb::RecallRequest {
+            profile_id: self.profile_id.clone(),
+            query: self.query.clone(),
+            limit: GATE_LIMIT,
+            tag: String::new(),
+            evidence_floor: None,
+            exclude_loop_rows: true,
+        };
+        // GAP-33: a busy or restarting ledger answers UNAVAILABLE; retry a
+        // few times within the lap (well under a second in all) before the
+        // run ends in ERROR. Other refusals are final at once.
+        let mut backoff = RECALL_RETRY_FIRST;
+        let recall = loop {
+            match self.ledger.recall(request.clone()).await {
+                Ok(r) => break r.into_inner(),
+                Err(s) if s.code() == tonic::Code::Unavailable && backoff <= RECALL_RETRY_LAST => {
+                    tokio::time::sleep(backoff).await;
+                    backoff *= 2;
+                }
+                Err(s) => {
+                    return Err(StepError::new(
+                        "RuntimeError",
+                        format!("owned SLM reader rejected recall: {}", s.message()),
+                    ));
+                }
+            }
+        };
         let top = recall.results.iter().map(|h| h.score).fold(0.0, f64::max);
         let view = RecallView::new(recall.results.len(), top, recall.no_confident_match);
         let (independent, reason) = self.receipt_status().await;

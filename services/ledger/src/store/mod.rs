@@ -367,15 +367,22 @@ impl Store {
         terms: &[String],
         tag: Option<&str>,
         pool: u32,
+        exclude_laps: bool,
     ) -> Result<Vec<StoredMemory>, LedgerError> {
         if terms.is_empty() {
             return Ok(Vec::new());
         }
-        let tag_clause = if tag.is_some() {
-            " AND EXISTS (SELECT 1 FROM memory_tags t WHERE t.profile_id = m.profile_id AND t.tag = $4 AND t.memory_id = m.id)"
-        } else {
-            ""
-        };
+        let mut tag_clause = String::new();
+        if tag.is_some() {
+            tag_clause.push_str(" AND EXISTS (SELECT 1 FROM memory_tags t WHERE t.profile_id = m.profile_id AND t.tag = $4 AND t.memory_id = m.id)");
+        }
+        // Lap rows repeat the watcher's query in their detail, so they rank
+        // high; left in the candidate pool they would crowd the locators out
+        // of it once a watcher has run enough laps.
+        if exclude_laps {
+            tag_clause
+                .push_str(" AND NOT EXISTS (SELECT 1 FROM loop_laps l WHERE l.memory_id = m.id)");
+        }
         // Terms are letters and digits only (domain::recall::tokens), so
         // quoting them is enough to keep the query syntax inert. On SQLite
         // the CROSS JOIN makes the full-text index drive the join: left to
