@@ -139,7 +139,9 @@ async fn history(
         let rows: Vec<_> = runs
             .iter()
             .map(|r| {
-                json!({"run_id": r.run_id, "laps": r.laps, "final": r.r#final, "reason": r.reason, "ts": r.ts})
+                let mut row = json!({"run_id": r.run_id, "laps": r.laps, "final": r.r#final, "reason": r.reason, "ts": r.ts});
+                unfinished(&mut row, r.ended, &r.state);
+                row
             })
             .collect();
         print_json(&json!({"name": name_out, "runs": rows}));
@@ -148,13 +150,30 @@ async fn history(
     } else {
         println!("Runs for loop '{name_out}':");
         for r in &runs {
+            // A run without a terminal row says so: its final decision is
+            // not an outcome.
+            let state = if r.ended {
+                String::new()
+            } else {
+                format!("  ({})", r.state)
+            };
             println!(
-                "  {:<28} laps={:<3} final={:<8} {}",
+                "  {:<28} laps={:<3} final={:<8} {}{state}",
                 r.run_id, r.laps, r.r#final, r.ts
             );
         }
     }
     Ok(0)
+}
+
+/// A run without a terminal row gets `"ended": false` and its `state`
+/// ("running", "unfinished", "interrupted"); a finished run keeps the
+/// documented shape.
+fn unfinished(row: &mut serde_json::Value, ended: bool, state: &str) {
+    if !ended {
+        row["ended"] = json!(false);
+        row["state"] = json!(state);
+    }
 }
 
 async fn show(s: &mut Services, profile: &str, run_id: String, json: bool) -> anyhow::Result<i32> {
@@ -186,7 +205,11 @@ async fn show(s: &mut Services, profile: &str, run_id: String, json: bool) -> an
                 })
             })
             .collect();
-        print_json(&json!({"run_id": r.run_id, "laps": laps}));
+        let mut out = json!({"run_id": r.run_id, "laps": laps});
+        if !laps.is_empty() {
+            unfinished(&mut out, r.ended, &r.state);
+        }
+        print_json(&out);
     } else if r.laps.is_empty() {
         println!("No ledger entries for run '{}'.", r.run_id);
     } else {
@@ -200,6 +223,9 @@ async fn show(s: &mut Services, profile: &str, run_id: String, json: bool) -> an
                 gate_word(l.passed),
                 l.detail
             );
+        }
+        if !r.ended {
+            println!("  (run {}: no terminal lap)", r.state);
         }
     }
     Ok(0)

@@ -246,6 +246,52 @@ impl LoopEngineService {
     }
 }
 
+/// A run whose newest row is terminal.
+pub const RUN_STATE_ENDED: &str = "ended";
+/// A run this engine is running now.
+pub const RUN_STATE_RUNNING: &str = "running";
+/// No terminal row, not running in this engine, and silent for longer than
+/// any live run can be: its engine stopped mid-run (killed, crashed).
+pub const RUN_STATE_INTERRUPTED: &str = "interrupted";
+/// No terminal row and not running in this engine, but written recently:
+/// either its engine stopped mid-run or another engine sharing the ledger
+/// is still running it. This engine cannot tell which.
+pub const RUN_STATE_UNFINISHED: &str = "unfinished";
+/// A live run writes a row at least every poll interval (at most
+/// `watch::WALLCLOCK_CAP_S`) plus one gate call; a run silent for longer has
+/// no live engine.
+pub const RUN_SILENT_AFTER_S: f64 = 180.0;
+
+/// Whether a lap decision ends its run (done, halt, pause, killed, error).
+pub fn is_terminal(decision: &str) -> bool {
+    decision
+        .parse::<crate::domain::Decision>()
+        .is_ok_and(|d| d != crate::domain::Decision::Continue)
+}
+
+/// How a run stands, judged at read time from its newest row (nothing is
+/// written on startup: several engines may share one ledger).
+pub fn run_state(
+    last_decision: &str,
+    running_here: bool,
+    last_ts: &str,
+    now: time::OffsetDateTime,
+) -> (bool, &'static str) {
+    if is_terminal(last_decision) {
+        return (true, RUN_STATE_ENDED);
+    }
+    if running_here {
+        return (false, RUN_STATE_RUNNING);
+    }
+    let silent = slm_runtime::time::parse_iso(last_ts)
+        .is_none_or(|t| (now - t).as_seconds_f64() > RUN_SILENT_AFTER_S);
+    if silent {
+        (false, RUN_STATE_INTERRUPTED)
+    } else {
+        (false, RUN_STATE_UNFINISHED)
+    }
+}
+
 fn required(value: &str, what: &str) -> Result<String, Status> {
     let v = value.trim();
     if v.is_empty() {
@@ -294,13 +340,23 @@ impl LoopEngine for LoopEngineService {
             })
             .await?
             .into_inner();
+        let now = time::OffsetDateTime::now_utc();
+        let active = self.active.lock().unwrap().clone();
         let runs = page
             .runs
             .into_iter()
             .map(|run| {
                 let gate = (!run.gate_detail.is_empty())
                     .then_some((run.gate_detail.as_str(), run.gate_passed));
+                let (ended, state) = run_state(
+                    &run.r#final,
+                    active.contains(&run.run_id),
+                    &run.last_ts,
+                    now,
+                );
                 pb::RunSummary {
+                    ended,
+                    state: state.into(),
                     reason: last_gate_reason(gate, &run.last_detail),
                     run_id: run.run_id,
                     laps: run.rows,
@@ -337,7 +393,22 @@ impl LoopEngine for LoopEngineService {
             .await?
             .into_inner()
             .laps;
-        Ok(Response::new(pb::ShowResponse { run_id, laps }))
+        let (ended, state) = match laps.last() {
+            Some(last) => run_state(
+                &last.decision,
+                self.active.lock().unwrap().contains(&run_id),
+                &last.ts,
+                time::OffsetDateTime::now_utc(),
+            ),
+            // No rows: nothing is known about the run.
+            None => (false, ""),
+        };
+        Ok(Response::new(pb::ShowResponse {
+            run_id,
+            laps,
+            ended,
+            state: state.into(),
+        }))
     }
 
     async fn kill(
@@ -362,5 +433,46 @@ impl LoopEngine for LoopEngineService {
             engaged: !r.clear,
             run_ids,
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(s: &str) -> time::OffsetDateTime {
+        slm_runtime::time::parse_iso(s).unwrap()
+    }
+
+    #[test]
+    fn a_run_without_a_terminal_row_is_never_reported_ended() {
+        let now = at("2026-01-01T00:10:00+00:00");
+        let recent = "2026-01-01T00:09:00+00:00";
+        let old = "2026-01-01T00:00:00+00:00";
+        for d in ["done", "halt", "pause", "killed", "error"] {
+            assert_eq!(run_state(d, false, old, now), (true, RUN_STATE_ENDED));
+            assert_eq!(run_state(d, true, recent, now), (true, RUN_STATE_ENDED));
+        }
+        assert_eq!(
+            run_state("continue", true, old, now),
+            (false, RUN_STATE_RUNNING)
+        );
+        assert_eq!(
+            run_state("continue", false, recent, now),
+            (false, RUN_STATE_UNFINISHED)
+        );
+        assert_eq!(
+            run_state("continue", false, old, now),
+            (false, RUN_STATE_INTERRUPTED)
+        );
+        // An unknown or missing decision is not an end either.
+        assert_eq!(
+            run_state("", false, "", now),
+            (false, RUN_STATE_INTERRUPTED)
+        );
+        assert_eq!(
+            run_state("DONE", false, recent, now),
+            (false, RUN_STATE_UNFINISHED)
+        );
     }
 }

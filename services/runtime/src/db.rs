@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use sqlx::any::{AnyPoolOptions, install_default_drivers};
 use sqlx::migrate::{Migration, MigrationType, Migrator};
-use sqlx::{AnyPool, Executor, SqlSafeStr};
+use sqlx::{AnyPool, Connection, Executor, SqlSafeStr};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {
@@ -23,6 +23,8 @@ pub enum DbError {
     Migrate(#[from] sqlx::migrate::MigrateError),
     #[error("cannot create the database directory {0}: {1}")]
     Dir(String, std::io::Error),
+    #[error("the disk is full (no space left on device) under {0}: {1}")]
+    DiskFull(String, #[source] sqlx::Error),
 }
 
 /// One migration step, embedded in the binary.
@@ -74,26 +76,53 @@ impl Db {
                 let memory = url.contains(":memory:") || url.contains("mode=memory");
                 if !memory {
                     ensure_parent_dir(url)?;
+                    // One direct connection first: a pool would retry a
+                    // failing open until its acquire timeout and then report
+                    // only the timeout, not why (a full disk, say).
+                    let mut probe = sqlx::AnyConnection::connect(url)
+                        .await
+                        .map_err(|e| open_error(url, e))?;
+                    probe
+                        .execute(sqlx::AssertSqlSafe(sqlite_pragmas()))
+                        .await
+                        .map_err(|e| open_error(url, e))?;
+                    let _ = probe.close().await;
                 }
                 AnyPoolOptions::new()
                     // An in-memory database exists once per connection.
                     .max_connections(if memory { 1 } else { 4 })
                     .min_connections(if memory { 1 } else { 0 })
-                    .idle_timeout(if memory { None } else { Some(Duration::from_secs(600)) })
+                    .idle_timeout(if memory {
+                        None
+                    } else {
+                        Some(Duration::from_secs(600))
+                    })
                     .max_lifetime(None)
+                    // A connection whose transaction could not be ended
+                    // (a COMMIT and then a ROLLBACK failing on a full disk)
+                    // is closed, not reused: its next "transaction" would
+                    // be a savepoint inside the dead one, acknowledged and
+                    // never committed.
+                    .after_release(|conn, _meta| {
+                        Box::pin(async move {
+                            let clean = !conn.is_in_transaction();
+                            if !clean {
+                                tracing::warn!(
+                                    "closing an SQLite connection left inside a failed transaction"
+                                );
+                            }
+                            Ok(clean)
+                        })
+                    })
                     .after_connect(|conn, _meta| {
                         Box::pin(async move {
-                            conn.execute(sqlx::AssertSqlSafe(format!(
-                                "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; \
-                                 PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}; PRAGMA foreign_keys=ON;"
-                            )))
-                            .await?;
+                            conn.execute(sqlx::AssertSqlSafe(sqlite_pragmas())).await?;
                             Ok(())
                         })
                     })
                     .connect(url)
                     .await
-                    .map_err(DbError::Open)?
+                    .map_err(|e| open_error(url, e))?
             }
             Backend::Postgres => AnyPoolOptions::new()
                 .max_connections(8)
@@ -199,6 +228,41 @@ fn sqlite_path(url: &str) -> Option<std::path::PathBuf> {
         .trim_start_matches("sqlite:");
     let path = path.split('?').next().unwrap_or(path);
     (!path.is_empty() && !path.contains(":memory:")).then(|| std::path::PathBuf::from(path))
+}
+
+fn sqlite_pragmas() -> String {
+    format!(
+        "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; \
+         PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}; PRAGMA foreign_keys=ON;"
+    )
+}
+
+/// SQLite reports a full disk as SQLITE_FULL, or, when the shared-memory
+/// or WAL file cannot grow, as a generic I/O error: name the cause when the
+/// file system holding the database has no space left.
+fn open_error(url: &str, e: sqlx::Error) -> DbError {
+    match sqlite_path(url).and_then(|p| p.parent().map(std::path::Path::to_path_buf)) {
+        Some(dir) if is_disk_full(&e) || no_space_left(&dir) => {
+            DbError::DiskFull(dir.display().to_string(), e)
+        }
+        _ => DbError::Open(e),
+    }
+}
+
+/// SQLITE_FULL (13) or PostgreSQL's disk_full (53100).
+pub fn is_disk_full(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Database(d) => {
+            matches!(d.code().as_deref(), Some("13") | Some("53100"))
+        }
+        sqlx::Error::Io(io) => io.raw_os_error() == Some(28),
+        _ => false,
+    }
+}
+
+/// Less than 64 KiB free for unprivileged writers.
+fn no_space_left(dir: &std::path::Path) -> bool {
+    rustix::fs::statvfs(dir).is_ok_and(|s| s.f_bavail.saturating_mul(s.f_frsize) < 64 * 1024)
 }
 
 fn ensure_parent_dir(url: &str) -> Result<(), DbError> {
