@@ -97,13 +97,31 @@ impl LedgerService {
     }
 }
 
+/// Longest status message sent. A message travels in the `grpc-message`
+/// header, and one that echoes a huge input (a database error quoting a
+/// path) would exceed the peer's header-list limit and tear down the whole
+/// HTTP/2 connection, failing every other call multiplexed on it.
+const MAX_STATUS_MESSAGE: usize = 1024;
+
+fn bounded(mut m: String) -> String {
+    if m.len() > MAX_STATUS_MESSAGE {
+        let mut end = MAX_STATUS_MESSAGE;
+        while !m.is_char_boundary(end) {
+            end -= 1;
+        }
+        m.truncate(end);
+        m.push('…');
+    }
+    m
+}
+
 fn status(e: LedgerError) -> Status {
     match e {
-        LedgerError::Invalid(m) => Status::invalid_argument(m),
-        e @ LedgerError::UnknownProfile(_) => Status::not_found(e.to_string()),
-        e @ LedgerError::ProfileExists(_) => Status::already_exists(e.to_string()),
-        LedgerError::Unsupported(m) => Status::failed_precondition(m),
-        LedgerError::Db(m) => Status::unavailable(format!("ledger database error: {m}")),
+        LedgerError::Invalid(m) => Status::invalid_argument(bounded(m)),
+        e @ LedgerError::UnknownProfile(_) => Status::not_found(bounded(e.to_string())),
+        e @ LedgerError::ProfileExists(_) => Status::already_exists(bounded(e.to_string())),
+        LedgerError::Unsupported(m) => Status::failed_precondition(bounded(m)),
+        LedgerError::Db(m) => Status::unavailable(bounded(format!("ledger database error: {m}"))),
     }
 }
 
@@ -267,7 +285,13 @@ impl Ledger for LedgerService {
         let terms = recall::query_terms(query);
         let candidates = self
             .store
-            .recall_candidates(&profile, &terms, tag, recall::candidate_pool(limit))
+            .recall_candidates(
+                &profile,
+                &terms,
+                tag,
+                recall::candidate_pool(limit),
+                r.exclude_loop_rows,
+            )
             .await
             .map_err(status)?;
         let scored = candidates
@@ -514,9 +538,9 @@ impl Ledger for LedgerService {
             ));
         }
         if path.exists() {
-            return Err(Status::already_exists(format!(
+            return Err(Status::already_exists(bounded(format!(
                 "backup destination {dest} already exists"
-            )));
+            ))));
         }
         let bytes = self.store.backup_to(path).await.map_err(status)?;
         Ok(Response::new(pb::BackupResponse {
