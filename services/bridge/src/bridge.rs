@@ -426,7 +426,8 @@ async fn bl_version(bl: &std::path::Path) -> Result<String, &'static str> {
 }
 
 /// `status == "ok"` and `capabilities.evidence_contracts` lists the triple.
-fn advertises(caps: &Map<String, Value>, id: &str, tool: &str, op: &str) -> bool {
+#[doc(hidden)]
+pub fn advertises(caps: &Map<String, Value>, id: &str, tool: &str, op: &str) -> bool {
     caps.get("status").and_then(Value::as_str) == Some("ok")
         && caps
             .get("capabilities")

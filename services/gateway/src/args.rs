@@ -22,17 +22,17 @@ use serde_json::{Map, Value};
 /// Longest string quoted back in a conversion error.
 const MAX_QUOTED_CHARS: usize = 200;
 
-pub(crate) struct Args<'a> {
+pub struct Args<'a> {
     map: &'a Map<String, Value>,
 }
 
 impl<'a> Args<'a> {
-    pub(crate) fn new(map: &'a Map<String, Value>) -> Self {
+    pub fn new(map: &'a Map<String, Value>) -> Self {
         Self { map }
     }
 
     /// Refuses argument names outside `accepted`.
-    pub(crate) fn only(&self, accepted: &[&str]) -> Result<(), String> {
+    pub fn only(&self, accepted: &[&str]) -> Result<(), String> {
         let mut unknown: Vec<&str> = self
             .map
             .keys()
@@ -52,12 +52,12 @@ impl<'a> Args<'a> {
         ))
     }
 
-    pub(crate) fn get(&self, key: &str) -> Option<&'a Value> {
+    pub fn get(&self, key: &str) -> Option<&'a Value> {
         self.map.get(key)
     }
 
     /// A text argument; None when absent.
-    pub(crate) fn text(&self, key: &str) -> Result<Option<&'a str>, String> {
+    pub fn text(&self, key: &str) -> Result<Option<&'a str>, String> {
         match self.map.get(key) {
             None => Ok(None),
             Some(Value::String(s)) => Ok(Some(s.as_str())),
@@ -65,15 +65,15 @@ impl<'a> Args<'a> {
         }
     }
 
-    pub(crate) fn float(&self, key: &str, default: f64) -> Result<f64, String> {
+    pub fn float(&self, key: &str, default: f64) -> Result<f64, String> {
         self.map.get(key).map_or(Ok(default), py_float)
     }
 
-    pub(crate) fn int(&self, key: &str, default: i128) -> Result<i128, String> {
+    pub fn int(&self, key: &str, default: i128) -> Result<i128, String> {
         self.map.get(key).map_or(Ok(default), py_int)
     }
 
-    pub(crate) fn boolean(&self, key: &str, default: bool) -> Result<bool, String> {
+    pub fn boolean(&self, key: &str, default: bool) -> Result<bool, String> {
         match self.map.get(key) {
             None => Ok(default),
             Some(Value::Bool(b)) => Ok(*b),
@@ -88,7 +88,7 @@ impl<'a> Args<'a> {
     }
 
     /// A list of text; a single string counts as a one-element list.
-    pub(crate) fn text_list(&self, key: &str) -> Result<Vec<String>, String> {
+    pub fn text_list(&self, key: &str) -> Result<Vec<String>, String> {
         match self.map.get(key) {
             None => Ok(Vec::new()),
             Some(Value::String(s)) => Ok(vec![s.clone()]),
@@ -118,7 +118,7 @@ fn py_type(v: &Value) -> &'static str {
 }
 
 /// Python's `repr()` of a string (shortened when very long).
-pub(crate) fn py_repr(s: &str) -> String {
+pub fn py_repr(s: &str) -> String {
     let shown: String;
     let s = if s.chars().count() > MAX_QUOTED_CHARS {
         shown = s.chars().take(MAX_QUOTED_CHARS).collect::<String>() + "…";
@@ -180,7 +180,7 @@ fn digits_ok(s: &str) -> bool {
 }
 
 /// Python's `float(value)` for a JSON value.
-pub(crate) fn py_float(v: &Value) -> Result<f64, String> {
+pub fn py_float(v: &Value) -> Result<f64, String> {
     match v {
         Value::Bool(b) => Ok(if *b { 1.0 } else { 0.0 }),
         Value::Number(n) => n
@@ -234,7 +234,7 @@ fn parse_py_float(raw: &str) -> Option<f64> {
 
 /// Python's `int(value)` for a JSON value (saturating far outside i128,
 /// which every caller clamps anyway).
-pub(crate) fn py_int(v: &Value) -> Result<i128, String> {
+pub fn py_int(v: &Value) -> Result<i128, String> {
     match v {
         Value::Bool(b) => Ok(i128::from(*b)),
         Value::Number(n) => {

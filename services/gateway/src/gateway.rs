@@ -506,7 +506,7 @@ impl WatchLimits {
 
 /// Validates and converts `slm_loop_run` arguments into a `WatchSpec`
 /// (agent id left empty).
-pub(crate) fn watch_spec(args: &Map<String, Value>) -> Result<pb::WatchSpec, String> {
+pub fn watch_spec(args: &Map<String, Value>) -> Result<pb::WatchSpec, String> {
     let a = Args::new(args);
     a.only(LOOP_RUN_ARGS)?;
     let name = bounded_text(&a, "name", 128)?;
@@ -581,7 +581,7 @@ fn run_result(o: pb::RunOutcome, ledger: Vec<Value>) -> Value {
 
 /// The arguments of the two read tools: a required text `key` (trimmed), a
 /// `limit` clamped to 1..=`max`, and an optional `profile_id` (MCP-06/07/08).
-fn read_request(
+pub fn read_request(
     args: &Map<String, Value>,
     allowed: &[&str],
     key: &str,

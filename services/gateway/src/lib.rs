@@ -38,7 +38,8 @@
 //! # }
 //! ```
 
-mod args;
+#[doc(hidden)]
+pub mod args;
 mod gateway;
 mod http;
 mod profile;
@@ -47,6 +48,8 @@ pub mod tools;
 pub use gateway::{
     Backends, DEFAULT_AGENT_ID, Gateway, RUN_NOTE, RouteAgentId, WatchLimits, sanitize_agent_id,
 };
+#[doc(hidden)]
+pub use gateway::{read_request, watch_spec};
 pub use http::{MCP_PATH, http_router, http_router_with_config, serve_http, serve_http_with};
 pub use profile::{ParseToolProfileError, ToolProfile};
 pub use rmcp::transport::StreamableHttpServerConfig;

@@ -37,7 +37,7 @@ pub const ALL_TOOLS: &[&str] = &[
 ];
 
 /// Argument names each tool accepts (anything else is refused).
-pub(crate) const LOOP_RUN_ARGS: &[&str] = &[
+pub const LOOP_RUN_ARGS: &[&str] = &[
     "name",
     "gate_query",
     "gate_contract",
@@ -49,12 +49,11 @@ pub(crate) const LOOP_RUN_ARGS: &[&str] = &[
     "no_progress_window",
     "require_support",
 ];
-pub(crate) const LOOP_HISTORY_ARGS: &[&str] = &["name", "limit", "profile_id"];
-pub(crate) const LOOP_SHOW_ARGS: &[&str] = &["run_id", "limit", "profile_id"];
-pub(crate) const REMEMBER_ARGS: &[&str] =
-    &["content", "tags", "session_id", "importance", "profile_id"];
-pub(crate) const RECALL_ARGS: &[&str] = &["query", "limit", "tag", "profile_id"];
-pub(crate) const OBSERVE_ARGS: &[&str] = &["workspace"];
+pub const LOOP_HISTORY_ARGS: &[&str] = &["name", "limit", "profile_id"];
+pub const LOOP_SHOW_ARGS: &[&str] = &["run_id", "limit", "profile_id"];
+pub const REMEMBER_ARGS: &[&str] = &["content", "tags", "session_id", "importance", "profile_id"];
+pub const RECALL_ARGS: &[&str] = &["query", "limit", "tag", "profile_id"];
+pub const OBSERVE_ARGS: &[&str] = &["workspace"];
 
 const NUMBERS_NOTE: &str = "Numbers may also be given as numeric strings; a value that cannot be \
 converted is refused with the conversion error. Omitted arguments take their defaults; null is \

@@ -201,6 +201,23 @@ mod tests {
         assert!(r.validate().is_err());
     }
 
+    /// Regression (fuzz/ledger_row): without serde_json's exact float
+    /// parsing this value read back one ULP off.
+    #[test]
+    fn budget_floats_round_trip_exactly() {
+        for w in [
+            -7.274238755027592e59,
+            0.30000000000000004,
+            1.7976931348623157e308,
+            5e-324,
+        ] {
+            let mut r = row();
+            r.budget.wallclock_s = w;
+            let back = LapRecord::from_json(&r.to_json()).unwrap();
+            assert_eq!(back.budget.wallclock_s.to_bits(), w.to_bits(), "{w:e}");
+        }
+    }
+
     #[test]
     fn serialises_escapes_unicode_and_whole_floats() {
         let r = LapRecord {
