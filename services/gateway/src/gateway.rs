@@ -300,13 +300,15 @@ impl Gateway {
                     .into_iter()
                     .take(limit as usize)
                     .map(|run| {
-                        json!({
+                        let mut row = json!({
                             "run_id": run.run_id,
                             "laps": run.laps,
                             "final": run.r#final,
                             "reason": run.reason,
                             "ts": run.ts,
-                        })
+                        });
+                        mark_unfinished(&mut row, run.ended, &run.state);
+                        row
                     })
                     .collect();
                 json!({"ok": true, "name": name, "count": runs.len(), "runs": runs})
@@ -334,6 +336,7 @@ impl Gateway {
         match response {
             Ok(r) => {
                 let r = r.into_inner();
+                let (ended, state) = (r.ended || r.laps.is_empty(), r.state);
                 let laps: Vec<Value> = r
                     .laps
                     .into_iter()
@@ -350,7 +353,10 @@ impl Gateway {
                         })
                     })
                     .collect();
-                json!({"ok": true, "run_id": run_id, "count": laps.len(), "laps": laps})
+                let mut out =
+                    json!({"ok": true, "run_id": run_id, "count": laps.len(), "laps": laps});
+                mark_unfinished(&mut out, ended, &state);
+                out
             }
             Err(s) => status_reply(&s),
         }
@@ -684,6 +690,16 @@ impl ServerHandler for Gateway {
                 fail(format!("internal error in {name}: {what}"))
             });
         Ok(tool_result(reply).into())
+    }
+}
+
+/// A run without a terminal lap gets `"ended": false` and its `state`
+/// (`running`, `unfinished`, `interrupted`); a finished run keeps the
+/// documented shape.
+fn mark_unfinished(row: &mut Value, ended: bool, state: &str) {
+    if !ended {
+        row["ended"] = json!(false);
+        row["state"] = json!(state);
     }
 }
 

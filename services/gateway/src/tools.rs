@@ -125,7 +125,8 @@ fn loop_history() -> Tool {
     let description = format!(
         "List recorded runs of one bounded loop, newest first. Read-only. Returns {{ok, name, \
 count, runs:[{{run_id, laps (ledger rows of the run), final (last decision or 'unknown'), \
-reason (the receipt refusal or pass that explains the run, else the last detail), ts}}]}}, or \
+reason (the receipt refusal or pass that explains the run, else the last detail), ts, and for \
+a run without a terminal lap ended:false and state (running|unfinished|interrupted)}}]}}, or \
 {{ok:false, error}}. Use slm_loop_show with a run_id for every lap. {NUMBERS_NOTE}"
     );
     let schema = json!({
@@ -146,8 +147,8 @@ fn loop_show() -> Tool {
     let description = format!(
         "Show every recorded lap of one loop run, oldest first. Read-only. Returns {{ok, run_id, \
 count, laps:[{{lap, ts, decision (continue|done|halt|pause|killed|error), passed, detail, \
-agent_claimed_done (recorded for audit, never used to decide), tokens}}]}}, or {{ok:false, \
-error}}. {NUMBERS_NOTE}"
+agent_claimed_done (recorded for audit, never used to decide), tokens}}], and for a run \
+without a terminal lap ended:false and state}}, or {{ok:false, error}}. {NUMBERS_NOTE}"
     );
     let schema = json!({
         "type": "object",

@@ -316,6 +316,44 @@ async fn history_and_show_after_the_demo() {
     );
 }
 
+/// A run whose engine stopped before its terminal lap (here: one
+/// `continue` row written long ago) is reported as not ended, never as done.
+#[tokio::test]
+async fn a_run_without_a_terminal_lap_says_so() {
+    let (env, client) = client(ToolProfile::Code).await;
+    let entry = pb::LapEntry {
+        run_id: "cut-short-1".into(),
+        name: "cut-short".into(),
+        lap: 1,
+        ts: "2026-01-01T00:00:00.000000+00:00".into(),
+        decision: "continue".into(),
+        passed: false,
+        detail: "lap 1".into(),
+        ..Default::default()
+    };
+    env.backends
+        .ledger
+        .clone()
+        .append_lap(pb::AppendLapRequest {
+            profile_id: String::new(),
+            entry: Some(entry),
+            agent_id: "test".into(),
+            gate_row: false,
+        })
+        .await
+        .unwrap();
+    let (h, is_error) = call(&client, "slm_loop_history", json!({"name": "cut-short"})).await;
+    assert!(!is_error, "{h}");
+    let run = &h["runs"][0];
+    assert_eq!(run["final"], json!("continue"));
+    assert_eq!(run["ended"], json!(false));
+    assert_eq!(run["state"], json!("interrupted"));
+    let (s, _) = call(&client, "slm_loop_show", json!({"run_id": "cut-short-1"})).await;
+    assert_eq!(s["count"], json!(1));
+    assert_eq!(s["ended"], json!(false));
+    assert_eq!(s["state"], json!("interrupted"));
+}
+
 #[tokio::test]
 async fn read_tool_validation() {
     let (_env, client) = client(ToolProfile::Power).await;
