@@ -226,6 +226,22 @@ impl CheckCgroup {
     }
 
     /// Pids currently in the cgroup (live processes only; zombies have left).
+    /// The cgroup's directory name.
+    #[cfg(test)]
+    pub fn leaf_name(&self) -> String {
+        leaf(&self.dir)
+    }
+
+    /// The cgroup directory, opened for `clone3(CLONE_INTO_CGROUP)`.
+    pub fn open_dir(&self) -> io::Result<std::os::fd::OwnedFd> {
+        use rustix::fs::{Mode, OFlags};
+        Ok(rustix::fs::open(
+            &self.dir,
+            OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?)
+    }
+
     pub fn procs(&self) -> Vec<i32> {
         let mut out = Vec::new();
         if let Ok(text) = fs::read_to_string(self.dir.join("cgroup.procs")) {

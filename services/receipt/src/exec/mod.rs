@@ -38,6 +38,7 @@
 mod cgroup;
 mod output;
 mod procfs;
+mod spawn;
 mod subreaper;
 
 use std::fmt;
@@ -266,50 +267,45 @@ async fn run(spec: CheckSpec, mut mode: Mode) -> Execution {
         return failed(started);
     };
 
-    let mut cmd = tokio::process::Command::new(&program);
-    cmd.arg0(&spec.argv[0])
-        .args(&spec.argv[1..])
-        .env_clear()
-        .envs(spec.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-        .current_dir(&spec.cwd)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
-    match &mut mode {
-        Mode::Cgroup(cg) => {
-            let hook = cg.pre_exec_hook();
-            // SAFETY: the hook only makes raw syscalls (open/write/close on a
-            // path prepared before the fork, setsid); it does not allocate.
-            unsafe { cmd.pre_exec(hook) };
+    // Born inside its cgroup when the kernel allows (no migration, see
+    // spawn.rs); otherwise fork + pre_exec.
+    let raw = match &mode {
+        Mode::Cgroup(cg) => spawn_in_cgroup(cg, &program, &spec),
+        Mode::Subreaper(_) => None,
+    };
+    let (mut child, stdout, stderr) = match raw {
+        Some(Ok(mut raw)) => {
+            let out = output::Drain::start(raw.stdout.take());
+            let err = output::Drain::start(raw.stderr.take());
+            (Proc::Raw(raw), out, err)
         }
-        Mode::Subreaper(_) => {
-            // SAFETY: setsid is async-signal-safe.
-            unsafe {
-                cmd.pre_exec(|| {
-                    rustix::process::setsid()?;
-                    Ok(())
-                })
-            };
-        }
-    }
-
-    let mut child = match cmd.spawn() {
-        Ok(child) => child,
-        Err(err) => {
+        Some(Err(err)) => {
             tracing::debug!(%err, program = %program.display(), "check spawn failed");
             if let Mode::Cgroup(cg) = mode {
                 cg.kill_and_remove().await;
             }
             return failed(started);
         }
+        None => {
+            let mut child = match portable_spawn(&program, &spec, &mut mode) {
+                Ok(child) => child,
+                Err(err) => {
+                    tracing::debug!(%err, program = %program.display(), "check spawn failed");
+                    if let Mode::Cgroup(cg) = mode {
+                        cg.kill_and_remove().await;
+                    }
+                    return failed(started);
+                }
+            };
+            let out = output::Drain::start(child.stdout.take());
+            let err = output::Drain::start(child.stderr.take());
+            (Proc::Tokio(child), out, err)
+        }
     };
-    let pid = child.id().map_or(0, |p| p as i32);
+    let pid = child.id();
     if let Mode::Subreaper(tracker) = &mut mode {
         tracker.launched(pid);
     }
-    let stdout = output::Drain::start(child.stdout.take());
-    let stderr = output::Drain::start(child.stderr.take());
 
     // Wait for the main process, the deadline, and (subreaper mode) poll.
     let deadline = tokio::time::Instant::now() + spec.timeout;
@@ -358,7 +354,7 @@ async fn run(spec: CheckSpec, mut mode: Mode) -> Execution {
             Mode::Cgroup(cg) => cg.kill(),
             Mode::Subreaper(t) => t.kill_tree(),
         }
-        let _ = child.start_kill();
+        child.start_kill();
         if tokio::time::timeout(REAP_BOUND, child.wait())
             .await
             .is_err()
@@ -408,6 +404,110 @@ async fn run(spec: CheckSpec, mut mode: Mode) -> Execution {
 /// (`sh` for `sleep 30 &`). Which processes survived is already decided;
 /// this only waits a moment (at most 25 ms) for the name to become the
 /// program the check started, so the reason names it.
+/// The check's main process, however it was started.
+enum Proc {
+    Tokio(tokio::process::Child),
+    Raw(spawn::RawChild),
+}
+
+impl Proc {
+    fn id(&self) -> i32 {
+        match self {
+            Proc::Tokio(c) => c.id().map_or(0, |p| p as i32),
+            Proc::Raw(c) => c.id(),
+        }
+    }
+
+    async fn wait(&mut self) -> std::io::Result<ExitStatus> {
+        match self {
+            Proc::Tokio(c) => c.wait().await,
+            Proc::Raw(c) => c.wait().await,
+        }
+    }
+
+    fn start_kill(&mut self) {
+        match self {
+            Proc::Tokio(c) => {
+                let _ = c.start_kill();
+            }
+            Proc::Raw(c) => c.start_kill(),
+        }
+    }
+}
+
+/// `clone3(CLONE_INTO_CGROUP)`; `None` when this kernel or sandbox cannot
+/// (the caller then forks portably), `Some(Err)` when the check itself
+/// cannot be started.
+fn spawn_in_cgroup(
+    cg: &cgroup::CheckCgroup,
+    program: &Path,
+    spec: &CheckSpec,
+) -> Option<std::io::Result<spawn::RawChild>> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::ffi::OsStrExt;
+    static UNSUPPORTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if UNSUPPORTED.load(Ordering::Relaxed) {
+        return None;
+    }
+    let dir = cg.open_dir().ok()?;
+    let (Ok(prog), Ok(cwd)) = (
+        std::ffi::CString::new(program.as_os_str().as_bytes()),
+        std::ffi::CString::new(spec.cwd.as_os_str().as_bytes()),
+    ) else {
+        return Some(Err(std::io::Error::from_raw_os_error(libc::EINVAL)));
+    };
+    match spawn::spawn_into(dir.as_raw_fd(), &prog, &spec.argv, &spec.env, &cwd) {
+        Err(spawn::SpawnError::Clone(e)) => {
+            if matches!(
+                e.raw_os_error(),
+                Some(libc::ENOSYS | libc::EPERM | libc::E2BIG | libc::EINVAL | libc::EOPNOTSUPP)
+            ) {
+                tracing::info!(%e, "clone3 into a cgroup unavailable; forking portably");
+                UNSUPPORTED.store(true, Ordering::Relaxed);
+            }
+            None
+        }
+        Err(spawn::SpawnError::Start(e)) => Some(Err(e)),
+        Ok(child) => Some(Ok(child)),
+    }
+}
+
+/// fork + `pre_exec` (the cgroup move, or setsid), through tokio.
+fn portable_spawn(
+    program: &Path,
+    spec: &CheckSpec,
+    mode: &mut Mode,
+) -> std::io::Result<tokio::process::Child> {
+    let mut cmd = tokio::process::Command::new(program);
+    cmd.arg0(&spec.argv[0])
+        .args(&spec.argv[1..])
+        .env_clear()
+        .envs(spec.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .current_dir(&spec.cwd)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    match mode {
+        Mode::Cgroup(cg) => {
+            let hook = cg.pre_exec_hook();
+            // SAFETY: the hook only makes raw syscalls (open/write/close on a
+            // path prepared before the fork, setsid); it does not allocate.
+            unsafe { cmd.pre_exec(hook) };
+        }
+        Mode::Subreaper(_) => {
+            // SAFETY: setsid is async-signal-safe.
+            unsafe {
+                cmd.pre_exec(|| {
+                    rustix::process::setsid()?;
+                    Ok(())
+                })
+            };
+        }
+    }
+    cmd.spawn()
+}
+
 async fn settle_name(mut s: subreaper::Survivor) -> subreaper::Survivor {
     let forked_as = s.name.clone();
     for _ in 0..25 {
