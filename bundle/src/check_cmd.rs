@@ -114,6 +114,7 @@ pub async fn run(s: &mut Services, profile: &str, c: CheckCommand) -> anyhow::Re
                     "stop_reason": if r.stop_reason.is_empty() { serde_json::Value::Null } else { json!(r.stop_reason) },
                     "receipt_id": r.receipt_id,
                     "containment": r.containment,
+                    "sandbox": r.sandbox,
                     "produced_at": r.produced_at,
                     "revision_digest": r.revision_digest,
                     "output_sha256": r.output_sha256,
@@ -126,7 +127,10 @@ pub async fn run(s: &mut Services, profile: &str, c: CheckCommand) -> anyhow::Re
                     format!(" — {}", r.stop_reason)
                 };
                 println!("{mark} {} (exit {}){why}", r.verdict, r.exit_code);
-                println!("  receipt {}  containment {}", r.receipt_id, r.containment);
+                println!(
+                    "  receipt {}  containment {}  sandbox {}",
+                    r.receipt_id, r.containment, r.sandbox
+                );
             }
             Ok(if r.verdict == "PASS" { 0 } else { 3 })
         }
@@ -194,7 +198,8 @@ pub async fn run(s: &mut Services, profile: &str, c: CheckCommand) -> anyhow::Re
                             "job_id": j.job_id, "task_id": j.task_id, "watcher_name": j.watcher_name,
                             "producer": j.producer, "expires_at": j.expires_at, "current": j.current,
                             "latest": l.map(|r| json!({"verdict": r.verdict, "exit_code": r.exit_code,
-                                "stop_reason": r.stop_reason, "produced_at": r.produced_at, "containment": r.containment})),
+                                "stop_reason": r.stop_reason, "produced_at": r.produced_at, "containment": r.containment,
+                                "sandbox": r.sandbox})),
                         })
                     })
                     .collect();

@@ -86,6 +86,7 @@ pub struct Checks {
     run_lock: Arc<Mutex<()>>,
     events: EventHub<ReceiptEvent>,
     containment: ContainmentChoice,
+    sandbox: exec::SandboxChoice,
 }
 
 impl ReceiptEvent {
@@ -146,7 +147,14 @@ impl Checks {
             run_lock: Arc::default(),
             events: EventHub::new(1024),
             containment: ContainmentChoice::from_env(),
+            sandbox: exec::SandboxChoice::from_env(),
         }
+    }
+
+    /// Overrides the sandbox choice read from `SLM_CHECK_SANDBOX`.
+    pub fn with_sandbox(mut self, sandbox: exec::SandboxChoice) -> Self {
+        self.sandbox = sandbox;
+        self
     }
 
     pub fn store(&self) -> &Store {
@@ -251,9 +259,10 @@ impl Checks {
             .await
             .map_err(|e| CheckError::Internal(e.to_string()))??;
         progress(format!(
-            "running {} (containment: {}, timeout {:.1} s)",
+            "running {} (containment: {}, sandbox: {}, timeout {:.1} s)",
             staged.argv.first().map(String::as_str).unwrap_or(""),
             self.containment_name(),
+            exec::sandbox::planned(self.sandbox),
             timeout.as_secs_f64()
         ));
         let key_before = keys::admission_key(&self.data_root, false).map_err(refused)?;
@@ -263,6 +272,12 @@ impl Checks {
             env: staged.env.clone(),
             timeout,
             containment: self.containment,
+            // The check may read neither the key and databases nor the live
+            // project: only its copies (GAP-04).
+            sandbox: exec::FsPolicy {
+                choice: self.sandbox,
+                hidden: vec![self.data_root.clone(), PathBuf::from(&job.cwd)],
+            },
         })
         .await;
         progress(format!(
@@ -293,7 +308,8 @@ impl Checks {
             &execution.stderr,
             &key_after,
             execution.containment.as_str(),
-        );
+        )
+        .with_sandbox(execution.sandbox.to_string());
         let produced_us = now_us();
         let unsigned = Receipt {
             seq: 0,

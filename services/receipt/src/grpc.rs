@@ -94,6 +94,7 @@ pub fn receipt_to_pb(r: &Receipt) -> pb::ExecutionReceipt {
         stdout_sha256: s("stdout_sha256"),
         stderr_sha256: s("stderr_sha256"),
         output_sha256: s("output_sha256"),
+        sandbox: s("sandbox"),
     }
 }
 

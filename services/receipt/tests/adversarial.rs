@@ -31,7 +31,7 @@ use slm_receipt::checks::Checks;
 use slm_receipt::domain::canon::{hex, sha256_hex};
 use slm_receipt::domain::evidence::{self, Receipt};
 use slm_receipt::domain::msg;
-use slm_receipt::exec::{CheckSpec, ContainmentChoice, Execution, run_contained};
+use slm_receipt::exec::{CheckSpec, ContainmentChoice, Execution, SandboxChoice, run_contained};
 use slm_receipt::fsys::keys;
 use slm_receipt::grpc::{OPERATOR_HEADER, ReceiptService};
 use slm_receipt::store::Store;
@@ -56,6 +56,10 @@ struct Env {
 }
 
 async fn env(backend: &str) -> Env {
+    env_with(backend, SandboxChoice::Auto).await
+}
+
+async fn env_with(backend: &str, sandbox: SandboxChoice) -> Env {
     let project = tempfile::tempdir().unwrap();
     let data = tempfile::tempdir().unwrap();
     let (url, pg) = if backend == "sqlite" {
@@ -69,7 +73,8 @@ async fn env(backend: &str) -> Env {
     };
     let store = Store::open(&url).await.unwrap();
     let token = keys::operator_token(data.path(), true).unwrap();
-    let service = ReceiptService::new(Checks::new(store.clone(), data.path()), token.clone());
+    let checks = Checks::new(store.clone(), data.path()).with_sandbox(sandbox);
+    let service = ReceiptService::new(checks, token.clone());
     let client = ReceiptClient::new(in_process(service.into_server()));
     write(project.path(), "src/app.txt", "version 1\n");
     write(
@@ -556,7 +561,9 @@ fn contains(hay: &[u8], needle: &[u8]) -> bool {
 }
 
 async fn secrets_are_not_in_the_checks_environment_or_folder(backend: &str) {
-    let mut e = env(backend).await;
+    // Sandbox off: the dump leaves through a folder the sandbox would refuse
+    // (what a sandboxed check may read is the test above).
+    let mut e = env_with(backend, SandboxChoice::Off).await;
     // The dump goes to a folder the test owns (outside the project and the
     // data root) AND to stdout, whose hash the receipt records: equal hashes
     // prove the file is exactly what the harness captured.
@@ -777,6 +784,7 @@ fn spec(
         env: vec![("PATH".into(), "/usr/bin:/bin".into())],
         timeout,
         containment: mode,
+        sandbox: Default::default(),
     };
     (dir, spec)
 }
@@ -837,8 +845,11 @@ async fn setsid_double_fork_keeping_env(mode: ContainmentChoice) {
 
 // ------------------------------------------------------------------ writes
 
+/// With the sandbox off (or on a kernel without Landlock) the check can write
+/// outside its copy; validation after the run still refuses every write that
+/// touches what the receipt certifies or the key.
 async fn writes_outside_the_private_copy(backend: &str) {
-    let mut e = env(backend).await;
+    let mut e = env_with(backend, SandboxChoice::Off).await;
     let started = now();
     let project: PathBuf = std::fs::canonicalize(e.project.path()).unwrap();
     let data: PathBuf = std::fs::canonicalize(e.data.path()).unwrap();
@@ -898,33 +909,109 @@ async fn writes_outside_the_private_copy(backend: &str) {
     }
 }
 
-/// What the spec does NOT require to be detected (GAP-04: the check runs as
-/// the operator's user, with no filesystem sandbox): writes to files nobody
-/// declared — an undeclared file in the project, the data root, /tmp. The
-/// run passes and the writes land. If a sandbox is ever added, flip this.
-async fn undeclared_writes_are_not_detected_gap04(backend: &str) {
-    let mut e = env(backend).await;
+/// GAP-04 under the Landlock sandbox: the check may write only in its run
+/// folder and may read neither the data root (key, databases) nor the live
+/// project. Each attempt below must fail inside the check (the exit code
+/// names the first one that got through), and nothing lands.
+async fn the_sandbox_confines_writes_and_hides_secrets(backend: &str) {
+    let mut e = env_with(backend, SandboxChoice::Landlock).await;
     let project: PathBuf = std::fs::canonicalize(e.project.path()).unwrap();
     let data: PathBuf = std::fs::canonicalize(e.data.path()).unwrap();
-    let tmp = tempfile::tempdir().unwrap();
+    if slm_receipt::exec::sandbox::landlock_abi() == 0 {
+        // Required but impossible here: no run, and the reason says why.
+        write(&project, "check.sh", "exit 0\n");
+        let job = e
+            .register(e.registration("nosandbox", &["sh", "check.sh"]))
+            .await;
+        let r = e.run(&job.job_id, 10.0).await.unwrap();
+        assert_eq!(
+            (r.verdict.as_str(), r.stop_reason.as_str()),
+            (
+                "FAIL",
+                slm_receipt::exec::sandbox::REASON_SANDBOX_UNAVAILABLE
+            )
+        );
+        return;
+    }
+    let outside = tempfile::tempdir().unwrap();
+    let attempts = [
+        format!("printf x > {}/undeclared.txt", project.display()),
+        format!("printf x >> {}/src/app.txt", project.display()),
+        format!("printf x > {}/planted.txt", data.display()),
+        format!(
+            "printf 0123456789abcdef > {}/loop-admission/admission.key",
+            data.display()
+        ),
+        format!("printf x > {}/planted.txt", outside.path().display()),
+        format!("mkdir {}/made", outside.path().display()),
+        format!("rm -f {}/check.sh", project.display()),
+        format!("cat {}/loop-admission/admission.key", data.display()),
+        format!("ls {}", data.display()),
+        format!("cat {}/src/app.txt", project.display()),
+        format!("kill -0 {}", std::process::id()),
+    ];
+    let mut script = String::new();
+    for (i, attempt) in attempts.iter().enumerate() {
+        script += &format!("if {attempt} 2>/dev/null; then exit {}; fi\n", 10 + i);
+    }
+    // What the check may do: write in its folder, its own tmp, /dev/null,
+    // /dev/stderr, and read system files.
+    script += "printf ok > here.txt && printf ok > \"$TMPDIR/t\" && printf ok > /dev/null \
+               && printf ok > /dev/stderr && cat /etc/passwd > /dev/null || exit 99\n";
+    write(&project, "check.sh", &script);
+    let started = now();
+    let job = e
+        .register(e.registration("sandboxed", &["sh", "check.sh"]))
+        .await;
+    let key_before = std::fs::read(data.join("loop-admission/admission.key")).unwrap();
+    let r = e.run(&job.job_id, 10.0).await.unwrap();
+    let escaped = usize::try_from(r.exit_code - 10)
+        .ok()
+        .and_then(|i| attempts.get(i));
+    assert_eq!(
+        (r.verdict.as_str(), r.exit_code),
+        ("PASS", 0),
+        "got through: {escaped:?} ({})",
+        r.stop_reason
+    );
+    assert_eq!(
+        r.sandbox,
+        format!("landlock-v{}", slm_receipt::exec::sandbox::landlock_abi())
+    );
+    assert!(!project.join("undeclared.txt").exists());
+    assert_eq!(
+        std::fs::read_to_string(project.join("src/app.txt")).unwrap(),
+        "version 1\n"
+    );
+    assert!(project.join("check.sh").exists());
+    assert!(!data.join("planted.txt").exists());
+    assert_eq!(
+        std::fs::read(data.join("loop-admission/admission.key")).unwrap(),
+        key_before
+    );
+    assert!(!outside.path().join("planted.txt").exists());
+    assert!(!outside.path().join("made").exists());
+    // The receipt is genuine and passes the gate like any other.
+    assert_eq!(e.gate(&job.job_id, "sandboxed", &started).await, msg::PASS);
+
+    // With the sandbox off the same script gets through at its first step:
+    // the difference is the sandbox, not the script.
+    let mut off = env_with(backend, SandboxChoice::Off).await;
+    let project_off: PathBuf = std::fs::canonicalize(off.project.path()).unwrap();
     write(
-        &project,
+        &project_off,
         "check.sh",
         &format!(
-            "printf x > {p}/undeclared.txt; printf x > {d}/planted.txt; printf x > {t}/planted.txt\n",
-            p = project.display(),
-            d = data.display(),
-            t = tmp.path().display()
+            "if printf x > {}/undeclared.txt; then exit 10; fi\n",
+            project_off.display()
         ),
     );
-    let job = e
-        .register(e.registration("undeclared", &["sh", "check.sh"]))
+    let job = off
+        .register(off.registration("unsandboxed", &["sh", "check.sh"]))
         .await;
-    let r = e.run(&job.job_id, 10.0).await.unwrap();
-    assert_eq!(r.verdict, "PASS", "{}", r.stop_reason);
-    assert!(project.join("undeclared.txt").exists());
-    assert!(data.join("planted.txt").exists());
-    assert!(tmp.path().join("planted.txt").exists());
+    let r = off.run(&job.job_id, 10.0).await.unwrap();
+    assert_eq!((r.exit_code, r.sandbox.as_str()), (10, "none"));
+    assert!(project_off.join("undeclared.txt").exists());
 }
 
 // ------------------------------------------------------------------ wiring
@@ -947,7 +1034,7 @@ both_backends!(
     secrets_are_not_in_the_checks_environment_or_folder,
     escapes_fail_with_signed_reasons,
     writes_outside_the_private_copy,
-    undeclared_writes_are_not_detected_gap04,
+    the_sandbox_confines_writes_and_hides_secrets,
 );
 
 macro_rules! both_modes {

@@ -47,6 +47,7 @@ fn check(mode: ContainmentChoice, argv: &[&str]) -> Run {
         env: std_env(),
         timeout: Duration::from_secs(30),
         containment: mode,
+        sandbox: Default::default(),
     };
     Run { dir, spec }
 }

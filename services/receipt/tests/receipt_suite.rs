@@ -9,6 +9,7 @@ use slm_proto::v1 as pb;
 use slm_proto::v1::receipt_client::ReceiptClient;
 use slm_receipt::checks::Checks;
 use slm_receipt::domain::msg;
+use slm_receipt::exec::SandboxChoice;
 use slm_receipt::fsys::keys;
 use slm_receipt::grpc::{OPERATOR_HEADER, ReceiptService};
 use slm_receipt::store::Store;
@@ -27,6 +28,10 @@ struct Env {
 }
 
 async fn env(backend: &str) -> Env {
+    env_with(backend, SandboxChoice::Auto).await
+}
+
+async fn env_with(backend: &str, sandbox: SandboxChoice) -> Env {
     let project = tempfile::tempdir().unwrap();
     let data = tempfile::tempdir().unwrap();
     let (url, pg) = if backend == "sqlite" {
@@ -40,7 +45,8 @@ async fn env(backend: &str) -> Env {
     };
     let store = Store::open(&url).await.unwrap();
     let token = keys::operator_token(data.path(), true).unwrap();
-    let service = ReceiptService::new(Checks::new(store.clone(), data.path()), token.clone());
+    let checks = Checks::new(store.clone(), data.path()).with_sandbox(sandbox);
+    let service = ReceiptService::new(checks, token.clone());
     let client = ReceiptClient::new(in_process(service.into_server()));
     // A small project: sources the agent may change, a pinned check.
     write(project.path(), "src/app.txt", "version 1\n");
@@ -546,20 +552,30 @@ async fn forgery_and_tampering_never_pass(backend: &str) {
 }
 
 async fn a_check_that_prints_the_key_fails(backend: &str) {
-    let mut e = env(backend).await;
-    let key_path: PathBuf = e.data.path().join("loop-admission/admission.key");
-    // The operator (wrongly) points the check at the key: printing it
-    // (here base64-encoded) fails the run even with exit status 0.
-    let job = e
-        .register(e.registration(
-            "leak2",
-            &["/usr/bin/base64", "-w0", key_path.to_str().unwrap()],
-        ))
-        .await
-        .unwrap();
-    let (_, r) = e.run(&job.job_id, 10.0).await.unwrap();
-    assert_eq!(r.verdict, "FAIL");
-    assert_eq!(r.stop_reason, msg::KEY_EXPOSED);
+    // The operator (wrongly) points the check at the key. Without the
+    // sandbox, printing it (here base64-encoded) fails the run even with exit
+    // status 0 (RECEIPT-33); under the sandbox the key cannot even be read.
+    for (sandbox, reason) in [
+        (SandboxChoice::Off, msg::KEY_EXPOSED),
+        (SandboxChoice::Auto, ""),
+    ] {
+        if sandbox == SandboxChoice::Auto && slm_receipt::exec::sandbox::landlock_abi() == 0 {
+            continue;
+        }
+        let mut e = env_with(backend, sandbox).await;
+        let key_path: PathBuf = e.data.path().join("loop-admission/admission.key");
+        let job = e
+            .register(e.registration(
+                "leak2",
+                &["/usr/bin/base64", "-w0", key_path.to_str().unwrap()],
+            ))
+            .await
+            .unwrap();
+        let (_, r) = e.run(&job.job_id, 10.0).await.unwrap();
+        assert_eq!(r.verdict, "FAIL", "{sandbox:?}");
+        assert_eq!(r.stop_reason, reason, "{sandbox:?}");
+        assert_ne!(r.exit_code, 0, "{sandbox:?}");
+    }
 }
 
 macro_rules! both_backends {

@@ -42,6 +42,9 @@ pub struct Measurement {
     pub key_exposed: bool,
     pub stop_reason: Option<String>,
     pub containment: String,
+    /// The filesystem sandbox (`landlock-v<abi>` or `none`; empty: not
+    /// recorded, see [`Measurement::with_sandbox`]).
+    pub sandbox: String,
 }
 
 /// `len(stdout)` (u64 BE) ‖ stdout ‖ `len(stderr)` (u64 BE) ‖ stderr.
@@ -125,6 +128,15 @@ pub fn measure(
         key_exposed: exposed,
         stop_reason: stop_reason.map(|r| r.chars().take(512).collect()),
         containment: containment.to_string(),
+        sandbox: String::new(),
+    }
+}
+
+impl Measurement {
+    /// Records the filesystem sandbox the run had.
+    pub fn with_sandbox(mut self, sandbox: impl Into<String>) -> Self {
+        self.sandbox = sandbox.into();
+        self
     }
 }
 
@@ -180,6 +192,9 @@ pub fn sign(mut r: Receipt, m: &Measurement, admission: Value, key: &[u8]) -> Re
     });
     if let Some(reason) = &m.stop_reason {
         evidence["stop_reason"] = json!(reason);
+    }
+    if !m.sandbox.is_empty() {
+        evidence["sandbox"] = json!(m.sandbox);
     }
     r.exit_code = m.exit_code;
     r.verdict = verdict_of(m.exit_code).to_string();

@@ -38,6 +38,7 @@
 mod cgroup;
 mod output;
 mod procfs;
+pub mod sandbox;
 mod spawn;
 mod subreaper;
 
@@ -54,6 +55,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::RwLock;
 
 pub use output::MAX_CAPTURED_OUTPUT;
+pub use sandbox::{FsPolicy, Sandbox, SandboxChoice};
 
 /// Reason when the check could not be launched or waited for (RECEIPT-28).
 pub const REASON_DID_NOT_COMPLETE: &str = "Independent check did not complete";
@@ -156,6 +158,8 @@ pub struct CheckSpec {
     pub env: Vec<(String, String)>,
     pub timeout: Duration,
     pub containment: ContainmentChoice,
+    /// The filesystem sandbox; `cwd` is the one place it lets the check write.
+    pub sandbox: FsPolicy,
 }
 
 /// What happened.
@@ -171,6 +175,8 @@ pub struct Execution {
     /// Product-written reason (never taken from the check's output).
     pub stop_reason: Option<String>,
     pub containment: Containment,
+    /// The filesystem sandbox the run really had.
+    pub sandbox: Sandbox,
     pub duration: Duration,
 }
 
@@ -250,14 +256,16 @@ enum Waited {
 async fn run(spec: CheckSpec, mut mode: Mode) -> Execution {
     let containment = mode.containment();
     let started = Instant::now();
-    let failed = |started: Instant| Execution {
+    let failed_with = |started: Instant, reason: &str| Execution {
         exit_code: -1,
         stdout: Vec::new(),
         stderr: Vec::new(),
-        stop_reason: Some(REASON_DID_NOT_COMPLETE.to_owned()),
+        stop_reason: Some(reason.to_owned()),
         containment,
+        sandbox: Sandbox::None,
         duration: started.elapsed(),
     };
+    let failed = |started: Instant| failed_with(started, REASON_DID_NOT_COMPLETE);
 
     let Some(program) = resolve_program(&spec) else {
         tracing::debug!(argv0 = ?spec.argv.first(), "check executable not found");
@@ -266,11 +274,25 @@ async fn run(spec: CheckSpec, mut mode: Mode) -> Execution {
         }
         return failed(started);
     };
+    let prepared = match sandbox::prepare(&spec.sandbox, &spec.cwd) {
+        Ok(p) => p,
+        Err(err) => {
+            tracing::warn!(%err, "check not started");
+            if let Mode::Cgroup(cg) = mode {
+                cg.kill_and_remove().await;
+            }
+            let reason = match err {
+                sandbox::SandboxError::Unavailable => sandbox::REASON_SANDBOX_UNAVAILABLE,
+                sandbox::SandboxError::Build(_) => REASON_DID_NOT_COMPLETE,
+            };
+            return failed_with(started, reason);
+        }
+    };
 
     // Born inside its cgroup when the kernel allows (no migration, see
     // spawn.rs); otherwise fork + pre_exec.
     let raw = match &mode {
-        Mode::Cgroup(cg) => spawn_in_cgroup(cg, &program, &spec),
+        Mode::Cgroup(cg) => spawn_in_cgroup(cg, &program, &spec, prepared.raw_fd()),
         Mode::Subreaper(_) => None,
     };
     let (mut child, stdout, stderr) = match raw {
@@ -287,7 +309,7 @@ async fn run(spec: CheckSpec, mut mode: Mode) -> Execution {
             return failed(started);
         }
         None => {
-            let mut child = match portable_spawn(&program, &spec, &mut mode) {
+            let mut child = match portable_spawn(&program, &spec, &mut mode, prepared.raw_fd()) {
                 Ok(child) => child,
                 Err(err) => {
                     tracing::debug!(%err, program = %program.display(), "check spawn failed");
@@ -396,6 +418,7 @@ async fn run(spec: CheckSpec, mut mode: Mode) -> Execution {
         stderr,
         stop_reason: reason,
         containment,
+        sandbox: prepared.sandbox,
         duration: started.elapsed(),
     }
 }
@@ -442,6 +465,7 @@ fn spawn_in_cgroup(
     cg: &cgroup::CheckCgroup,
     program: &Path,
     spec: &CheckSpec,
+    sandbox_fd: std::os::fd::RawFd,
 ) -> Option<std::io::Result<spawn::RawChild>> {
     use std::os::fd::AsRawFd;
     use std::os::unix::ffi::OsStrExt;
@@ -456,7 +480,14 @@ fn spawn_in_cgroup(
     ) else {
         return Some(Err(std::io::Error::from_raw_os_error(libc::EINVAL)));
     };
-    match spawn::spawn_into(dir.as_raw_fd(), &prog, &spec.argv, &spec.env, &cwd) {
+    match spawn::spawn_into(
+        dir.as_raw_fd(),
+        &prog,
+        &spec.argv,
+        &spec.env,
+        &cwd,
+        sandbox_fd,
+    ) {
         Err(spawn::SpawnError::Clone(e)) => {
             if matches!(
                 e.raw_os_error(),
@@ -477,6 +508,7 @@ fn portable_spawn(
     program: &Path,
     spec: &CheckSpec,
     mode: &mut Mode,
+    sandbox_fd: std::os::fd::RawFd,
 ) -> std::io::Result<tokio::process::Child> {
     let mut cmd = tokio::process::Command::new(program);
     cmd.arg0(&spec.argv[0])
@@ -490,17 +522,24 @@ fn portable_spawn(
         .kill_on_drop(true);
     match mode {
         Mode::Cgroup(cg) => {
-            let hook = cg.pre_exec_hook();
+            let mut hook = cg.pre_exec_hook();
             // SAFETY: the hook only makes raw syscalls (open/write/close on a
-            // path prepared before the fork, setsid); it does not allocate.
-            unsafe { cmd.pre_exec(hook) };
+            // path prepared before the fork, setsid, the sandbox's prctl and
+            // landlock_restrict_self); it does not allocate.
+            unsafe {
+                cmd.pre_exec(move || {
+                    hook()?;
+                    sandbox::enforce(sandbox_fd)
+                })
+            };
         }
         Mode::Subreaper(_) => {
-            // SAFETY: setsid is async-signal-safe.
+            // SAFETY: setsid, prctl and landlock_restrict_self are
+            // async-signal-safe system calls.
             unsafe {
-                cmd.pre_exec(|| {
+                cmd.pre_exec(move || {
                     rustix::process::setsid()?;
-                    Ok(())
+                    sandbox::enforce(sandbox_fd)
                 })
             };
         }
@@ -630,6 +669,7 @@ mod tests {
                 .collect(),
             timeout: Duration::from_secs(1),
             containment: ContainmentChoice::Auto,
+            sandbox: FsPolicy::default(),
         }
     }
 

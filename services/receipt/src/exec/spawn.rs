@@ -89,6 +89,7 @@ pub(crate) fn spawn_into(
     argv: &[String],
     env: &[(String, String)],
     cwd: &CStr,
+    sandbox_fd: RawFd,
 ) -> Result<RawChild, SpawnError> {
     let argv: Vec<CString> = argv
         .iter()
@@ -140,7 +141,11 @@ pub(crate) fn spawn_into(
     };
     if ret == 0 {
         // SAFETY: the child side, see the module comment.
-        unsafe { child_exec(&fds, cwd, program, &argv_ptrs, &envp_ptrs, status_fd) }
+        unsafe {
+            child_exec(
+                &fds, cwd, program, &argv_ptrs, &envp_ptrs, status_fd, sandbox_fd,
+            )
+        }
     }
     if ret < 0 {
         return Err(SpawnError::Clone(io::Error::last_os_error()));
@@ -200,6 +205,7 @@ unsafe fn child_exec(
     argv: &[*const libc::c_char],
     envp: &[*const libc::c_char],
     status_fd: RawFd,
+    sandbox_fd: RawFd,
 ) -> ! {
     unsafe {
         let fail = |status_fd: RawFd| -> ! {
@@ -228,6 +234,9 @@ unsafe fn child_exec(
             }
         }
         if libc::chdir(cwd.as_ptr()) < 0 {
+            fail(status_fd);
+        }
+        if super::sandbox::enforce(sandbox_fd).is_err() {
             fail(status_fd);
         }
         libc::execve(program.as_ptr(), argv.as_ptr(), envp.as_ptr());
@@ -322,7 +331,7 @@ mod tests {
         .map(|s| s.to_string())
         .collect();
         let env = vec![("ONLY".to_string(), "this".to_string())];
-        let mut child = spawn_into(dir.as_raw_fd(), c"/bin/sh", &argv, &env, &cwd_c).unwrap();
+        let mut child = spawn_into(dir.as_raw_fd(), c"/bin/sh", &argv, &env, &cwd_c, -1).unwrap();
         let mut out = String::new();
         child
             .stdout
@@ -343,9 +352,16 @@ mod tests {
         // A program that cannot be executed is an error, not exit 127.
         let cg = base.create_check().unwrap();
         let dir = cg.open_dir().unwrap();
-        let err = spawn_into(dir.as_raw_fd(), c"/nonexistent/prog", &argv, &env, &cwd_c)
-            .err()
-            .unwrap();
+        let err = spawn_into(
+            dir.as_raw_fd(),
+            c"/nonexistent/prog",
+            &argv,
+            &env,
+            &cwd_c,
+            -1,
+        )
+        .err()
+        .unwrap();
         assert!(
             matches!(&err, SpawnError::Start(e) if e.raw_os_error() == Some(libc::ENOENT)),
             "{err:?}"
