@@ -165,6 +165,12 @@ pub async fn run(quick: bool) -> (Value, Value) {
     });
     let details = json!({
         "containment": slm_receipt::exec::available_containment().as_str(),
+        "sandbox": slm_receipt::exec::sandbox::planned(&slm_receipt::exec::FsPolicy {
+            choice: slm_receipt::exec::SandboxChoice::from_env(),
+            network: slm_receipt::exec::NetworkChoice::from_env(),
+            hidden: Vec::new(),
+        })
+        .to_string(),
         "check_stages_ms": stages,
         "sets": SETS.iter().map(|(l, f, s, full, q)| json!({
             "set": l, "files": f, "bytes_per_file": s, "runs": if quick { q } else { full },

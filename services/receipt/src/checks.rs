@@ -87,6 +87,7 @@ pub struct Checks {
     events: EventHub<ReceiptEvent>,
     containment: ContainmentChoice,
     sandbox: exec::SandboxChoice,
+    network: exec::NetworkChoice,
 }
 
 impl ReceiptEvent {
@@ -148,6 +149,7 @@ impl Checks {
             events: EventHub::new(1024),
             containment: ContainmentChoice::from_env(),
             sandbox: exec::SandboxChoice::from_env(),
+            network: exec::NetworkChoice::from_env(),
         }
     }
 
@@ -155,6 +157,22 @@ impl Checks {
     pub fn with_sandbox(mut self, sandbox: exec::SandboxChoice) -> Self {
         self.sandbox = sandbox;
         self
+    }
+
+    /// Overrides the network choice read from `SLM_CHECK_NETWORK`.
+    pub fn with_network(mut self, network: exec::NetworkChoice) -> Self {
+        self.network = network;
+        self
+    }
+
+    /// The sandbox policy of a check on `job`: it may read neither the key
+    /// and databases nor the live project, only its copies (GAP-04).
+    fn policy(&self, job: &Job) -> exec::FsPolicy {
+        exec::FsPolicy {
+            choice: self.sandbox,
+            network: self.network,
+            hidden: vec![self.data_root.clone(), PathBuf::from(&job.cwd)],
+        }
     }
 
     pub fn store(&self) -> &Store {
@@ -262,7 +280,7 @@ impl Checks {
             "running {} (containment: {}, sandbox: {}, timeout {:.1} s)",
             staged.argv.first().map(String::as_str).unwrap_or(""),
             self.containment_name(),
-            exec::sandbox::planned(self.sandbox),
+            exec::sandbox::planned(&self.policy(&job)),
             timeout.as_secs_f64()
         ));
         let key_before = keys::admission_key(&self.data_root, false).map_err(refused)?;
@@ -272,12 +290,7 @@ impl Checks {
             env: staged.env.clone(),
             timeout,
             containment: self.containment,
-            // The check may read neither the key and databases nor the live
-            // project: only its copies (GAP-04).
-            sandbox: exec::FsPolicy {
-                choice: self.sandbox,
-                hidden: vec![self.data_root.clone(), PathBuf::from(&job.cwd)],
-            },
+            sandbox: self.policy(&job),
         })
         .await;
         progress(format!(
@@ -294,6 +307,14 @@ impl Checks {
         let staged = tokio::task::spawn_blocking(move || validate_after(&job2, &data_root, staged))
             .await
             .map_err(|e| CheckError::Internal(e.to_string()))??;
+        // The copies are validated: remove the run folder while the receipt
+        // is signed and stored (awaited below, so nothing is left behind).
+        let Staged {
+            run_dir,
+            revision_digest,
+            ..
+        } = staged;
+        let removal = tokio::task::spawn_blocking(move || drop(run_dir));
         let newest = self
             .store
             .newest_job(&job.profile_id, &job.watcher_name)
@@ -329,7 +350,7 @@ impl Checks {
         let mut receipt = evidence::sign(
             unsigned,
             &measurement,
-            evidence::admission(&job.job_id, &staged.revision_digest, &job.definition_digest),
+            evidence::admission(&job.job_id, &revision_digest, &job.definition_digest),
             &key_after,
         );
         receipt.seq = self.store.insert_receipt(&receipt).await?;
@@ -339,10 +360,11 @@ impl Checks {
             "{} receipt {}",
             receipt.verdict, receipt.receipt_id
         ));
+        let _ = removal.await;
         Ok(RunResult {
             receipt,
             measurement,
-            revision_digest: staged.revision_digest,
+            revision_digest,
             definition_digest: job.definition_digest,
         })
     }

@@ -31,7 +31,9 @@ use slm_receipt::checks::Checks;
 use slm_receipt::domain::canon::{hex, sha256_hex};
 use slm_receipt::domain::evidence::{self, Receipt};
 use slm_receipt::domain::msg;
-use slm_receipt::exec::{CheckSpec, ContainmentChoice, Execution, SandboxChoice, run_contained};
+use slm_receipt::exec::{
+    CheckSpec, ContainmentChoice, Execution, NetworkChoice, SandboxChoice, run_contained,
+};
 use slm_receipt::fsys::keys;
 use slm_receipt::grpc::{OPERATOR_HEADER, ReceiptService};
 use slm_receipt::store::Store;
@@ -60,6 +62,10 @@ async fn env(backend: &str) -> Env {
 }
 
 async fn env_with(backend: &str, sandbox: SandboxChoice) -> Env {
+    env_full(backend, sandbox, NetworkChoice::On).await
+}
+
+async fn env_full(backend: &str, sandbox: SandboxChoice, network: NetworkChoice) -> Env {
     let project = tempfile::tempdir().unwrap();
     let data = tempfile::tempdir().unwrap();
     let (url, pg) = if backend == "sqlite" {
@@ -73,7 +79,9 @@ async fn env_with(backend: &str, sandbox: SandboxChoice) -> Env {
     };
     let store = Store::open(&url).await.unwrap();
     let token = keys::operator_token(data.path(), true).unwrap();
-    let checks = Checks::new(store.clone(), data.path()).with_sandbox(sandbox);
+    let checks = Checks::new(store.clone(), data.path())
+        .with_sandbox(sandbox)
+        .with_network(network);
     let service = ReceiptService::new(checks, token.clone());
     let client = ReceiptClient::new(in_process(service.into_server()));
     write(project.path(), "src/app.txt", "version 1\n");
@@ -1014,6 +1022,37 @@ async fn the_sandbox_confines_writes_and_hides_secrets(backend: &str) {
     assert!(project_off.join("undeclared.txt").exists());
 }
 
+/// GAP-05, offline mode: the same check that reaches a local TCP listener
+/// online cannot reach it offline, and the receipt says how it was cut off.
+async fn offline_mode_cuts_the_network(backend: &str) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let script = format!(
+        "exec /usr/bin/python3 -c \"import socket; socket.create_connection(('127.0.0.1', {port}), 2)\"\n"
+    );
+    // As root (CI) a network namespace; elsewhere a user namespace with one
+    // (also "+netns"), or Landlock's TCP refusal ("+no-tcp").
+    for (network, exit, suffixes) in [
+        (NetworkChoice::On, 0, &[""][..]),
+        (NetworkChoice::Off, 1, &["+netns", "+no-tcp"][..]),
+    ] {
+        let mut e = env_full(backend, SandboxChoice::Auto, network).await;
+        write(e.project.path(), "check.sh", &script);
+        let job = e.register(e.registration("net", &["sh", "check.sh"])).await;
+        let r = e.run(&job.job_id, 10.0).await.unwrap();
+        assert_eq!(r.exit_code, exit, "{network:?}: {}", r.stop_reason);
+        assert!(
+            suffixes.iter().any(|x| r.sandbox.ends_with(x)),
+            "{network:?}: {}",
+            r.sandbox
+        );
+        if network == NetworkChoice::On {
+            assert!(!r.sandbox.contains('+'), "{}", r.sandbox);
+        }
+    }
+    drop(listener);
+}
+
 // ------------------------------------------------------------------ wiring
 
 macro_rules! both_backends {
@@ -1035,6 +1074,7 @@ both_backends!(
     escapes_fail_with_signed_reasons,
     writes_outside_the_private_copy,
     the_sandbox_confines_writes_and_hides_secrets,
+    offline_mode_cuts_the_network,
 );
 
 macro_rules! both_modes {

@@ -55,7 +55,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::RwLock;
 
 pub use output::MAX_CAPTURED_OUTPUT;
-pub use sandbox::{FsPolicy, Sandbox, SandboxChoice};
+pub use sandbox::{FsPolicy, NetworkChoice, Sandbox, SandboxChoice};
 
 /// Reason when the check could not be launched or waited for (RECEIPT-28).
 pub const REASON_DID_NOT_COMPLETE: &str = "Independent check did not complete";
@@ -262,7 +262,7 @@ async fn run(spec: CheckSpec, mut mode: Mode) -> Execution {
         stderr: Vec::new(),
         stop_reason: Some(reason.to_owned()),
         containment,
-        sandbox: Sandbox::None,
+        sandbox: Sandbox::NONE,
         duration: started.elapsed(),
     };
     let failed = |started: Instant| failed_with(started, REASON_DID_NOT_COMPLETE);
@@ -281,18 +281,14 @@ async fn run(spec: CheckSpec, mut mode: Mode) -> Execution {
             if let Mode::Cgroup(cg) = mode {
                 cg.kill_and_remove().await;
             }
-            let reason = match err {
-                sandbox::SandboxError::Unavailable => sandbox::REASON_SANDBOX_UNAVAILABLE,
-                sandbox::SandboxError::Build(_) => REASON_DID_NOT_COMPLETE,
-            };
-            return failed_with(started, reason);
+            return failed_with(started, err.reason());
         }
     };
 
     // Born inside its cgroup when the kernel allows (no migration, see
     // spawn.rs); otherwise fork + pre_exec.
     let raw = match &mode {
-        Mode::Cgroup(cg) => spawn_in_cgroup(cg, &program, &spec, prepared.raw_fd()),
+        Mode::Cgroup(cg) => spawn_in_cgroup(cg, &program, &spec, &prepared.plan),
         Mode::Subreaper(_) => None,
     };
     let (mut child, stdout, stderr) = match raw {
@@ -309,7 +305,7 @@ async fn run(spec: CheckSpec, mut mode: Mode) -> Execution {
             return failed(started);
         }
         None => {
-            let mut child = match portable_spawn(&program, &spec, &mut mode, prepared.raw_fd()) {
+            let mut child = match portable_spawn(&program, &spec, &mut mode, prepared.plan) {
                 Ok(child) => child,
                 Err(err) => {
                     tracing::debug!(%err, program = %program.display(), "check spawn failed");
@@ -465,7 +461,7 @@ fn spawn_in_cgroup(
     cg: &cgroup::CheckCgroup,
     program: &Path,
     spec: &CheckSpec,
-    sandbox_fd: std::os::fd::RawFd,
+    plan: &sandbox::ChildPlan,
 ) -> Option<std::io::Result<spawn::RawChild>> {
     use std::os::fd::AsRawFd;
     use std::os::unix::ffi::OsStrExt;
@@ -480,14 +476,7 @@ fn spawn_in_cgroup(
     ) else {
         return Some(Err(std::io::Error::from_raw_os_error(libc::EINVAL)));
     };
-    match spawn::spawn_into(
-        dir.as_raw_fd(),
-        &prog,
-        &spec.argv,
-        &spec.env,
-        &cwd,
-        sandbox_fd,
-    ) {
+    match spawn::spawn_into(dir.as_raw_fd(), &prog, &spec.argv, &spec.env, &cwd, plan) {
         Err(spawn::SpawnError::Clone(e)) => {
             if matches!(
                 e.raw_os_error(),
@@ -508,7 +497,7 @@ fn portable_spawn(
     program: &Path,
     spec: &CheckSpec,
     mode: &mut Mode,
-    sandbox_fd: std::os::fd::RawFd,
+    plan: sandbox::ChildPlan,
 ) -> std::io::Result<tokio::process::Child> {
     let mut cmd = tokio::process::Command::new(program);
     cmd.arg0(&spec.argv[0])
@@ -529,7 +518,7 @@ fn portable_spawn(
             unsafe {
                 cmd.pre_exec(move || {
                     hook()?;
-                    sandbox::enforce(sandbox_fd)
+                    sandbox::enforce(&plan)
                 })
             };
         }
@@ -539,7 +528,7 @@ fn portable_spawn(
             unsafe {
                 cmd.pre_exec(move || {
                     rustix::process::setsid()?;
-                    sandbox::enforce(sandbox_fd)
+                    sandbox::enforce(&plan)
                 })
             };
         }

@@ -24,9 +24,16 @@
 //! read access. Entries created later in those directories stay unreadable,
 //! which errs on the safe side.
 //!
-//! The ruleset is built in the parent (it allocates); the child only calls
-//! `prctl` and `landlock_restrict_self` on the prepared descriptor, which is
-//! async-signal-safe (see [`enforce`]).
+//! Offline mode (`SLM_CHECK_NETWORK=off`, SPEC GAP-05): the check gets its
+//! own network namespace with nothing but a downed loopback, so a verdict
+//! cannot depend on a remote answer. As root that is a plain `unshare`; as
+//! another user, a user namespace mapping only the user's own ids comes with
+//! it. Where neither is allowed, Landlock (ABI 4) refuses TCP `connect` and
+//! `bind` instead (UDP and Unix sockets stay open: the receipt says which).
+//!
+//! The ruleset is built in the parent (it allocates); the child only makes
+//! raw system calls on what was prepared, which is async-signal-safe (see
+//! [`enforce`]).
 
 use std::fmt;
 use std::io;
@@ -35,11 +42,17 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
 use landlock::{
-    ABI, Access, AccessFs, BitFlags, PathBeneath, Ruleset, RulesetAttr, RulesetCreatedAttr, Scope,
+    ABI, Access, AccessFs, AccessNet, BitFlags, PathBeneath, Ruleset, RulesetAttr,
+    RulesetCreatedAttr, Scope,
 };
 
 /// Environment variable selecting the sandbox (`auto`, `landlock`, `off`).
 pub const SANDBOX_ENV: &str = "SLM_CHECK_SANDBOX";
+/// Environment variable selecting the network (`on`, `off`).
+pub const NETWORK_ENV: &str = "SLM_CHECK_NETWORK";
+/// Reason when offline mode was asked for and nothing here can provide it.
+pub const REASON_OFFLINE_UNAVAILABLE: &str =
+    "Independent check not started: offline mode (no network) is unavailable on this host";
 /// Reason when `landlock` was required and this kernel cannot provide it.
 pub const REASON_SANDBOX_UNAVAILABLE: &str =
     "Independent check not started: the Landlock sandbox is unavailable on this host";
@@ -105,27 +118,94 @@ impl SandboxChoice {
     }
 }
 
+/// Whether the check has the network.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum NetworkChoice {
+    #[default]
+    On,
+    Off,
+}
+
+/// An unknown network choice.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown check network {0:?} (expected on or off)")]
+pub struct ParseNetworkError(pub String);
+
+impl FromStr for NetworkChoice {
+    type Err = ParseNetworkError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "on" | "host" => Ok(NetworkChoice::On),
+            "off" | "none" | "offline" => Ok(NetworkChoice::Off),
+            _ => Err(ParseNetworkError(s.to_owned())),
+        }
+    }
+}
+
+impl NetworkChoice {
+    /// Reads [`NETWORK_ENV`]. Unset or empty → `On`; an unknown value is
+    /// logged and gives `Off` (the strict reading of a typo).
+    pub fn from_env() -> NetworkChoice {
+        match std::env::var(NETWORK_ENV) {
+            Ok(v) if !v.trim().is_empty() => v.parse().unwrap_or_else(|err| {
+                tracing::warn!(%err, "{NETWORK_ENV}: the check runs offline");
+                NetworkChoice::Off
+            }),
+            _ => NetworkChoice::On,
+        }
+    }
+}
+
+/// How an offline check is cut off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Offline {
+    /// Online.
+    No,
+    /// A new network namespace (as root).
+    NetNs,
+    /// A new user namespace with a new network namespace.
+    UserNetNs,
+    /// Landlock refuses TCP connect and bind.
+    NoTcp,
+}
+
 /// What the check may touch.
 #[derive(Debug, Clone, Default)]
 pub struct FsPolicy {
     pub choice: SandboxChoice,
+    pub network: NetworkChoice,
     /// Trees the check may neither read nor write: the data root (key,
     /// databases) and the live project. Absolute paths.
     pub hidden: Vec<PathBuf>,
 }
 
-/// The sandbox a run really had, as the receipt records it.
+/// The sandbox a run really had, as the receipt records it:
+/// `landlock-v<abi>` or `none`, then `+netns` or `+no-tcp` when offline.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Sandbox {
-    Landlock(i32),
-    None,
+pub struct Sandbox {
+    /// The Landlock ABI enforced, if any.
+    pub landlock: Option<i32>,
+    pub offline: Offline,
+}
+
+impl Sandbox {
+    pub const NONE: Sandbox = Sandbox {
+        landlock: None,
+        offline: Offline::No,
+    };
 }
 
 impl fmt::Display for Sandbox {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Sandbox::Landlock(v) => write!(f, "landlock-v{v}"),
-            Sandbox::None => f.write_str("none"),
+        match self.landlock {
+            Some(v) => write!(f, "landlock-v{v}")?,
+            None => f.write_str("none")?,
+        }
+        match self.offline {
+            Offline::No => Ok(()),
+            Offline::NetNs | Offline::UserNetNs => f.write_str("+netns"),
+            Offline::NoTcp => f.write_str("+no-tcp"),
         }
     }
 }
@@ -148,25 +228,72 @@ pub fn landlock_abi() -> i32 {
     })
 }
 
-/// What the sandbox of a run will be under `choice` on this host.
-pub fn planned(choice: SandboxChoice) -> Sandbox {
-    match (choice, landlock_abi()) {
-        (SandboxChoice::Off, _) | (_, 0) => Sandbox::None,
-        (_, v) => Sandbox::Landlock(v),
+/// Whether this process may create namespaces: as root (network namespace
+/// alone) or through an unprivileged user namespace.
+fn namespaces() -> Offline {
+    if rustix::process::geteuid().is_root() {
+        return Offline::NetNs;
     }
+    let read = |p: &str| {
+        std::fs::read_to_string(p)
+            .ok()
+            .and_then(|v| v.trim().parse::<u64>().ok())
+    };
+    // Debian/Ubuntu switches; absent elsewhere (then only the limit counts).
+    let clone_ok = read("/proc/sys/kernel/unprivileged_userns_clone").is_none_or(|v| v != 0);
+    let apparmor_ok =
+        read("/proc/sys/kernel/apparmor_restrict_unprivileged_userns").is_none_or(|v| v == 0);
+    if clone_ok && apparmor_ok && read("/proc/sys/user/max_user_namespaces").unwrap_or(0) > 0 {
+        Offline::UserNetNs
+    } else {
+        Offline::No
+    }
+}
+
+/// What the sandbox of a run will be under `policy` on this host (offline
+/// `No` when offline mode cannot be had).
+pub fn planned(policy: &FsPolicy) -> Sandbox {
+    let landlock = match (policy.choice, landlock_abi()) {
+        (SandboxChoice::Off, _) | (_, 0) => None,
+        (_, v) => Some(v),
+    };
+    let offline = match (policy.network, namespaces()) {
+        (NetworkChoice::On, _) => Offline::No,
+        (NetworkChoice::Off, Offline::No) if landlock_abi() >= 4 => Offline::NoTcp,
+        (NetworkChoice::Off, ns) => ns,
+    };
+    Sandbox { landlock, offline }
+}
+
+/// What the child does between fork and exec; plain data, so that a
+/// `pre_exec` hook may carry it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ChildPlan {
+    /// A Landlock ruleset descriptor, −1 for none.
+    ruleset: RawFd,
+    offline: Offline,
+    /// `"<uid> <uid> 1"` and `"<gid> <gid> 1"` (NUL-padded) for a user
+    /// namespace.
+    uid_map: [u8; 24],
+    gid_map: [u8; 24],
+}
+
+impl ChildPlan {
+    /// No sandbox at all.
+    #[cfg(test)]
+    pub const NOTHING: ChildPlan = ChildPlan {
+        ruleset: -1,
+        offline: Offline::No,
+        uid_map: [0; 24],
+        gid_map: [0; 24],
+    };
 }
 
 /// A ruleset ready for the child to enforce.
 pub(crate) struct Prepared {
-    fd: Option<OwnedFd>,
+    _ruleset: Option<OwnedFd>,
+    pub plan: ChildPlan,
     pub sandbox: Sandbox,
-}
-
-impl Prepared {
-    /// The descriptor the child passes to [`enforce`] (−1: nothing to do).
-    pub fn raw_fd(&self) -> RawFd {
-        self.fd.as_ref().map_or(-1, AsRawFd::as_raw_fd)
-    }
 }
 
 /// Why no run may start.
@@ -174,31 +301,64 @@ impl Prepared {
 pub(crate) enum SandboxError {
     #[error("{REASON_SANDBOX_UNAVAILABLE}")]
     Unavailable,
+    #[error("{REASON_OFFLINE_UNAVAILABLE}")]
+    OfflineUnavailable,
     #[error("cannot build the check sandbox: {0}")]
     Build(String),
 }
 
-/// Builds the ruleset for a check whose run folder is `writable`.
-pub(crate) fn prepare(policy: &FsPolicy, writable: &Path) -> Result<Prepared, SandboxError> {
-    let none = Prepared {
-        fd: None,
-        sandbox: Sandbox::None,
-    };
-    match planned(policy.choice) {
-        Sandbox::None if policy.choice == SandboxChoice::Landlock => Err(SandboxError::Unavailable),
-        Sandbox::None => Ok(none),
-        Sandbox::Landlock(v) => {
-            let fd = build(policy, writable).map_err(|e| SandboxError::Build(e.to_string()))?;
-            match fd {
-                Some(fd) => Ok(Prepared {
-                    fd: Some(fd),
-                    sandbox: Sandbox::Landlock(v),
-                }),
-                None if policy.choice == SandboxChoice::Landlock => Err(SandboxError::Unavailable),
-                None => Ok(none),
-            }
+impl SandboxError {
+    /// The run's stop reason.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            SandboxError::Unavailable => REASON_SANDBOX_UNAVAILABLE,
+            SandboxError::OfflineUnavailable => REASON_OFFLINE_UNAVAILABLE,
+            SandboxError::Build(_) => super::REASON_DID_NOT_COMPLETE,
         }
     }
+}
+
+fn id_map(id: u32) -> [u8; 24] {
+    let mut out = [0u8; 24];
+    let text = format!("{id} {id} 1");
+    out[..text.len()].copy_from_slice(text.as_bytes());
+    out
+}
+
+/// Prepares the sandbox for a check whose run folder is `writable`.
+pub(crate) fn prepare(policy: &FsPolicy, writable: &Path) -> Result<Prepared, SandboxError> {
+    let mut sandbox = planned(policy);
+    if policy.choice == SandboxChoice::Landlock && sandbox.landlock.is_none() {
+        return Err(SandboxError::Unavailable);
+    }
+    if policy.network == NetworkChoice::Off && sandbox.offline == Offline::No {
+        return Err(SandboxError::OfflineUnavailable);
+    }
+    let ruleset = if sandbox.landlock.is_some() || sandbox.offline == Offline::NoTcp {
+        build(policy, writable, sandbox).map_err(|e| SandboxError::Build(e.to_string()))?
+    } else {
+        None
+    };
+    if ruleset.is_none() {
+        // The kernel took nothing (a best-effort ruleset came back empty).
+        if policy.choice == SandboxChoice::Landlock {
+            return Err(SandboxError::Unavailable);
+        }
+        if sandbox.offline == Offline::NoTcp {
+            return Err(SandboxError::OfflineUnavailable);
+        }
+        sandbox.landlock = None;
+    }
+    Ok(Prepared {
+        plan: ChildPlan {
+            ruleset: ruleset.as_ref().map_or(-1, AsRawFd::as_raw_fd),
+            offline: sandbox.offline,
+            uid_map: id_map(rustix::process::geteuid().as_raw()),
+            gid_map: id_map(rustix::process::getegid().as_raw()),
+        },
+        _ruleset: ruleset,
+        sandbox,
+    })
 }
 
 /// Every file-system right this code handles. `IoctlDev` stays out: it would
@@ -218,7 +378,15 @@ fn read_rights(is_dir: bool) -> BitFlags<AccessFs> {
 
 type LandlockResult<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
-fn build(policy: &FsPolicy, writable: &Path) -> LandlockResult<Option<OwnedFd>> {
+fn build(policy: &FsPolicy, writable: &Path, plan: Sandbox) -> LandlockResult<Option<OwnedFd>> {
+    let mut ruleset = Ruleset::default();
+    if plan.offline == Offline::NoTcp {
+        ruleset = ruleset.handle_access(AccessNet::BindTcp | AccessNet::ConnectTcp)?;
+    }
+    if plan.landlock.is_none() {
+        // Offline through Landlock only: files stay as they are.
+        return Ok(ruleset.create()?.into());
+    }
     let hidden: Vec<PathBuf> = policy
         .hidden
         .iter()
@@ -236,7 +404,7 @@ fn build(policy: &FsPolicy, writable: &Path) -> LandlockResult<Option<OwnedFd>> 
             rules.push((fd, rw & handled()));
         }
     }
-    let mut ruleset = Ruleset::default()
+    let mut ruleset = ruleset
         .handle_access(handled())?
         .scope(Scope::Signal)?
         .create()?;
@@ -305,22 +473,54 @@ fn open_path(p: &Path) -> io::Result<Option<(OwnedFd, bool)>> {
     })
 }
 
-/// The child's side, between fork/clone and exec: `no_new_privs`, then the
-/// ruleset. Only raw system calls on a descriptor opened before the fork.
+fn check(r: libc::c_long) -> io::Result<()> {
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+/// Writes `text` (up to its first NUL) into a `/proc/self` file.
 ///
 /// # Safety
-/// Async-signal-safe; meant for a freshly forked child. `fd` is −1 (nothing
-/// to do) or a Landlock ruleset descriptor.
-pub(crate) unsafe fn enforce(fd: RawFd) -> io::Result<()> {
-    if fd < 0 {
-        return Ok(());
-    }
+/// Async-signal-safe: open, write, close.
+unsafe fn write_proc(path: &std::ffi::CStr, text: &[u8]) -> io::Result<()> {
+    let len = text.iter().position(|&b| b == 0).unwrap_or(text.len());
     unsafe {
-        if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
-            return Err(io::Error::last_os_error());
+        let fd = libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+        check(fd.into())?;
+        let n = libc::write(fd, text.as_ptr().cast(), len);
+        libc::close(fd);
+        check(n as libc::c_long)
+    }
+}
+
+/// The child's side, between fork/clone and exec: the network namespace,
+/// `no_new_privs`, then the ruleset. Only raw system calls on what was
+/// prepared before the fork.
+///
+/// # Safety
+/// Async-signal-safe; meant for a freshly forked child.
+pub(crate) unsafe fn enforce(plan: &ChildPlan) -> io::Result<()> {
+    unsafe {
+        match plan.offline {
+            Offline::NetNs => check(libc::unshare(libc::CLONE_NEWNET).into())?,
+            Offline::UserNetNs => {
+                check(libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNET).into())?;
+                write_proc(c"/proc/self/setgroups", b"deny")?;
+                write_proc(c"/proc/self/uid_map", &plan.uid_map)?;
+                write_proc(c"/proc/self/gid_map", &plan.gid_map)?;
+            }
+            Offline::No | Offline::NoTcp => {}
         }
-        if libc::syscall(libc::SYS_landlock_restrict_self, fd, 0u32) != 0 {
-            return Err(io::Error::last_os_error());
+        if plan.ruleset >= 0 {
+            check(libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0).into())?;
+            check(libc::syscall(
+                libc::SYS_landlock_restrict_self,
+                plan.ruleset,
+                0u32,
+            ))?;
         }
     }
     Ok(())
@@ -340,9 +540,22 @@ mod tests {
 
     #[test]
     fn off_is_none_and_labels_read_well() {
-        assert_eq!(planned(SandboxChoice::Off), Sandbox::None);
-        assert_eq!(Sandbox::Landlock(7).to_string(), "landlock-v7");
-        assert_eq!(Sandbox::None.to_string(), "none");
+        let off = FsPolicy {
+            choice: SandboxChoice::Off,
+            ..FsPolicy::default()
+        };
+        assert_eq!(planned(&off), Sandbox::NONE);
+        let ll = |offline| Sandbox {
+            landlock: Some(7),
+            offline,
+        };
+        assert_eq!(ll(Offline::No).to_string(), "landlock-v7");
+        assert_eq!(ll(Offline::NetNs).to_string(), "landlock-v7+netns");
+        assert_eq!(ll(Offline::UserNetNs).to_string(), "landlock-v7+netns");
+        assert_eq!(ll(Offline::NoTcp).to_string(), "landlock-v7+no-tcp");
+        assert_eq!(Sandbox::NONE.to_string(), "none");
+        assert_eq!(id_map(1000)[..11], *b"1000 1000 1");
+        assert_eq!(id_map(1000)[11], 0);
     }
 
     /// The complement never grants a hidden tree nor anything inside it, and

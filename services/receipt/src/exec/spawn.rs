@@ -22,6 +22,8 @@ use tokio::io::Interest;
 use tokio::io::unix::AsyncFd;
 use tokio::net::unix::pipe;
 
+use super::sandbox::ChildPlan;
+
 /// `struct clone_args` up to `cgroup` (CLONE_ARGS_SIZE_VER2).
 #[repr(C)]
 #[derive(Default)]
@@ -89,7 +91,7 @@ pub(crate) fn spawn_into(
     argv: &[String],
     env: &[(String, String)],
     cwd: &CStr,
-    sandbox_fd: RawFd,
+    plan: &ChildPlan,
 ) -> Result<RawChild, SpawnError> {
     let argv: Vec<CString> = argv
         .iter()
@@ -141,11 +143,7 @@ pub(crate) fn spawn_into(
     };
     if ret == 0 {
         // SAFETY: the child side, see the module comment.
-        unsafe {
-            child_exec(
-                &fds, cwd, program, &argv_ptrs, &envp_ptrs, status_fd, sandbox_fd,
-            )
-        }
+        unsafe { child_exec(&fds, cwd, program, &argv_ptrs, &envp_ptrs, status_fd, plan) }
     }
     if ret < 0 {
         return Err(SpawnError::Clone(io::Error::last_os_error()));
@@ -205,7 +203,7 @@ unsafe fn child_exec(
     argv: &[*const libc::c_char],
     envp: &[*const libc::c_char],
     status_fd: RawFd,
-    sandbox_fd: RawFd,
+    plan: &ChildPlan,
 ) -> ! {
     unsafe {
         let fail = |status_fd: RawFd| -> ! {
@@ -236,7 +234,7 @@ unsafe fn child_exec(
         if libc::chdir(cwd.as_ptr()) < 0 {
             fail(status_fd);
         }
-        if super::sandbox::enforce(sandbox_fd).is_err() {
+        if super::sandbox::enforce(plan).is_err() {
             fail(status_fd);
         }
         libc::execve(program.as_ptr(), argv.as_ptr(), envp.as_ptr());
@@ -331,7 +329,15 @@ mod tests {
         .map(|s| s.to_string())
         .collect();
         let env = vec![("ONLY".to_string(), "this".to_string())];
-        let mut child = spawn_into(dir.as_raw_fd(), c"/bin/sh", &argv, &env, &cwd_c, -1).unwrap();
+        let mut child = spawn_into(
+            dir.as_raw_fd(),
+            c"/bin/sh",
+            &argv,
+            &env,
+            &cwd_c,
+            &ChildPlan::NOTHING,
+        )
+        .unwrap();
         let mut out = String::new();
         child
             .stdout
@@ -358,7 +364,7 @@ mod tests {
             &argv,
             &env,
             &cwd_c,
-            -1,
+            &ChildPlan::NOTHING,
         )
         .err()
         .unwrap();

@@ -176,11 +176,15 @@ fn par_map<T: Sync, R: Send>(
             .map(|x| f(x, &mut buf))
             .collect::<Result<Vec<R>, String>>()
     };
-    let threads = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1)
-        .clamp(1, 8)
-        .min(items.len().div_ceil(16).max(1));
+    // available_parallelism() reads cgroup files on every call: ask once.
+    static CPUS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    let cpus = *CPUS.get_or_init(|| {
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1)
+            .clamp(1, 8)
+    });
+    let threads = cpus.min(items.len().div_ceil(16).max(1));
     if threads <= 1 {
         return run(items);
     }
