@@ -3,6 +3,7 @@
 use serde_json::json;
 use tokio_stream::StreamExt;
 
+use slm_gateway::mark_unfinished;
 use slm_proto::v1 as pb;
 
 use crate::cli::LoopCommand;
@@ -140,7 +141,7 @@ async fn history(
             .iter()
             .map(|r| {
                 let mut row = json!({"run_id": r.run_id, "laps": r.laps, "final": r.r#final, "reason": r.reason, "ts": r.ts});
-                unfinished(&mut row, r.ended, &r.state);
+                mark_unfinished(&mut row, r.ended, &r.state);
                 row
             })
             .collect();
@@ -164,16 +165,6 @@ async fn history(
         }
     }
     Ok(0)
-}
-
-/// A run without a terminal row gets `"ended": false` and its `state`
-/// ("running", "unfinished", "interrupted"); a finished run keeps the
-/// documented shape.
-fn unfinished(row: &mut serde_json::Value, ended: bool, state: &str) {
-    if !ended {
-        row["ended"] = json!(false);
-        row["state"] = json!(state);
-    }
 }
 
 async fn show(s: &mut Services, profile: &str, run_id: String, json: bool) -> anyhow::Result<i32> {
@@ -207,7 +198,7 @@ async fn show(s: &mut Services, profile: &str, run_id: String, json: bool) -> an
             .collect();
         let mut out = json!({"run_id": r.run_id, "laps": laps});
         if !laps.is_empty() {
-            unfinished(&mut out, r.ended, &r.state);
+            mark_unfinished(&mut out, r.ended, &r.state);
         }
         print_json(&out);
     } else if r.laps.is_empty() {

@@ -16,10 +16,10 @@
 //!   request without them — ignored harmlessly, never an error, never a
 //!   crash.
 
-use std::fs::File;
-use std::net::{SocketAddr, TcpListener, TcpStream};
+#[path = "support/serve.rs"]
+mod support;
+
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use prost::Message;
@@ -35,76 +35,16 @@ use slm_proto::v1::ledger_client::LedgerClient;
 use slm_proto::v1::loop_engine_client::LoopEngineClient;
 use slm_proto::v1::receipt_client::ReceiptClient;
 
+use support::{Proc, free_port, serve};
+
 const MB: usize = 1024 * 1024;
 
-struct Server {
-    child: Child,
-    log: std::path::PathBuf,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Server {
-    fn assert_alive(&mut self) {
-        if let Some(status) = self.child.try_wait().unwrap() {
-            panic!(
-                "slm serve died ({status}): {}",
-                std::fs::read_to_string(&self.log).unwrap_or_default()
-            );
-        }
-    }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn start(dir: &Path) -> (Server, u16) {
+/// `slm serve` on `dir/data`, its log in `dir/serve.log`. No
+/// bounded-loops-mcp on its PATH: the bridge answers "not installed".
+fn start(dir: &Path) -> (Proc, u16) {
     let port = free_port();
-    let data = dir.join("data");
-    let log = dir.join("serve.log");
-    let mut c = Command::new(env!("CARGO_BIN_EXE_slm"));
-    c.env("SLM_DATA_DIR", &data);
-    for k in [
-        "SLM_LOOP_KILL",
-        "SLM_LEDGER_URL",
-        "SLM_LOOP_ENGINE_URL",
-        "SLM_RECEIPT_URL",
-        "SLM_BRIDGE_URL",
-        "SLM_PROFILE",
-        "SLM_DATABASE_URL",
-        "SLM_OPERATOR_TOKEN",
-        "SLM_OPERATOR_TOKEN_FILE",
-        "SLM_AGENT_ID",
-    ] {
-        c.env_remove(k);
-    }
-    // No bounded-loops-mcp on this PATH: the bridge answers "not installed".
-    c.env("PATH", "/usr/bin:/bin")
-        .args(["serve", "--grpc", &format!("127.0.0.1:{port}")])
-        .stdout(Stdio::null())
-        .stderr(File::create(&log).unwrap());
-    let mut s = Server {
-        child: c.spawn().unwrap(),
-        log,
-    };
-    let addr: SocketAddr = ([127, 0, 0, 1], port).into();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
-        s.assert_alive();
-        assert!(Instant::now() < deadline, "slm serve never listened");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    (s, port)
+    let env = [("PATH", "/usr/bin:/bin".to_string())];
+    (serve(&dir.join("data"), "serve", port, &[], &env), port)
 }
 
 // ---- raw frames ----------------------------------------------------------
@@ -308,7 +248,7 @@ fn answered<T>(what: &str, r: Result<tonic::Response<T>, Status>) -> Option<T> {
     }
 }
 
-async fn healthy(ch: &Channel, server: &mut Server) {
+async fn healthy(ch: &Channel, server: &mut Proc) {
     server.assert_alive();
     let mut h = tonic_health::pb::health_client::HealthClient::new(ch.clone());
     let r = h

@@ -3,16 +3,19 @@
 //! the tests are independent and run in parallel. Each CLI call is a new
 //! process, so whatever a later call reads has survived a "restart".
 
+#[path = "support/serve.rs"]
+mod support;
+
 use std::collections::BTreeSet;
-use std::fs::File;
-use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use tempfile::TempDir;
+
+use support::{free_port, serve, slm, start_watch, url};
 
 const DEMO: &str = "convergence-demo";
 const FAIL_1: &str = "   lap 1: continue gate-fail  demo gate: lap 1";
@@ -70,25 +73,6 @@ impl Root {
     fn json(&self, args: &[&str]) -> Value {
         parse(&self.ok(args))
     }
-}
-
-/// The binary with a clean environment for the data root `data`.
-fn slm(data: &Path) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_slm"));
-    c.env("SLM_DATA_DIR", data)
-        .env_remove("SLM_LOOP_KILL")
-        .env_remove("SLM_LEDGER_URL")
-        .env_remove("SLM_LOOP_ENGINE_URL")
-        .env_remove("SLM_PROFILE")
-        .env_remove("SLM_DATABASE_URL")
-        .env_remove("SLM_LEDGER_DATABASE_URL")
-        .env_remove("SLM_RECEIPT_URL")
-        .env_remove("SLM_OPERATOR_TOKEN")
-        .env_remove("SLM_OPERATOR_TOKEN_FILE")
-        .env_remove("SLM_AGENT_ID")
-        .env_remove("SLM_LOG")
-        .stdin(Stdio::null());
-    c
 }
 
 /// Exit code, stdout, stderr.
@@ -856,65 +840,14 @@ fn backup_and_restore() {
 
 // ---------------------------------------------------------------- serve
 
-/// Kills the server on drop (a failing test must not leak it).
-struct ServerGuard(Option<Child>);
-
-impl ServerGuard {
-    fn child(&mut self) -> &mut Child {
-        self.0.as_mut().expect("server still held")
-    }
-}
-
-impl Drop for ServerGuard {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.0.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-fn free_port() -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
-    l.local_addr().unwrap().port()
-}
-
-fn wait_for_port(server: &mut ServerGuard, port: u16, log: &Path) {
-    let addr: SocketAddr = ([127, 0, 0, 1], port).into();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
-            return;
-        }
-        if let Some(status) = server.child().try_wait().unwrap() {
-            panic!(
-                "slm serve exited early ({status}): {}",
-                std::fs::read_to_string(log).unwrap_or_default()
-            );
-        }
-        assert!(
-            Instant::now() < deadline,
-            "slm serve never listened on {port}"
-        );
-        sleep(Duration::from_millis(50));
-    }
-}
-
 #[test]
 fn serve_runs_the_services_for_remote_clients() {
     let server_root = Root::new();
     let client_root = Root::new();
     let port = free_port();
     let listen = format!("127.0.0.1:{port}");
-    let log = server_root.path("serve.log");
-    let child = slm(&server_root.data())
-        .args(["serve", "--grpc", &listen])
-        .stdout(Stdio::null())
-        .stderr(File::create(&log).unwrap())
-        .spawn()
-        .expect("slm serve starts");
-    let mut server = ServerGuard(Some(child));
-    wait_for_port(&mut server, port, &log);
+    let mut server = serve(&server_root.data(), "serve", port, &[], &[]);
+    let log = server.log.clone();
     assert_eq!(
         std::fs::read_to_string(&log).unwrap(),
         format!(
@@ -999,7 +932,6 @@ fn serve_runs_the_services_for_remote_clients() {
         assert!(Instant::now() < deadline, "slm serve ignored SIGTERM");
         sleep(Duration::from_millis(50));
     };
-    server.0 = None;
     assert_eq!(status.code(), Some(0), "{status}");
     assert!(
         std::fs::read_to_string(&log)
@@ -1263,10 +1195,6 @@ fn check_refusals_are_one_clear_line() {
 /// DONE long before its 30 s poll.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_check_run_by_another_process_ends_a_waiting_watcher_done() {
-    use slm_proto::v1 as pb;
-    use slm_proto::v1::loop_engine_client::LoopEngineClient;
-    use tokio_stream::StreamExt;
-
     let r = Root::new();
     let proj = project(&r);
     let job = register(&r, &proj, "build");
@@ -1275,48 +1203,9 @@ async fn a_check_run_by_another_process_ends_a_waiting_watcher_done() {
         "The build status is checked by the operator's registered job",
     ]);
     let port = free_port();
-    let log = r.path("serve.log");
-    let child = slm(&r.data())
-        .args(["serve", "--grpc", &format!("127.0.0.1:{port}")])
-        .stdout(Stdio::null())
-        .stderr(File::create(&log).unwrap())
-        .spawn()
-        .expect("slm serve starts");
-    let mut server = ServerGuard(Some(child));
-    wait_for_port(&mut server, port, &log);
+    let _server = serve(&r.data(), "serve", port, &[], &[]);
 
-    let mut engine = LoopEngineClient::connect(format!("http://127.0.0.1:{port}"))
-        .await
-        .unwrap();
-    let contract = json!({"job_id": job}).to_string();
-    let watcher = tokio::spawn(async move {
-        let mut s = engine
-            .run_loop(pb::RunLoopRequest {
-                profile_id: String::new(),
-                kind: Some(pb::run_loop_request::Kind::Watch(pb::WatchSpec {
-                    name: "build".into(),
-                    gate_query: "build status".into(),
-                    max_iterations: 100,
-                    max_wallclock_s: 60.0,
-                    poll_interval_s: 30.0,
-                    contract_json: contract,
-                    agent_id: "agent-7".into(),
-                    ..Default::default()
-                })),
-            })
-            .await
-            .unwrap()
-            .into_inner();
-        let mut laps = Vec::new();
-        while let Some(ev) = s.next().await {
-            match ev.unwrap().event {
-                Some(pb::run_event::Event::Lap(l)) => laps.push(l),
-                Some(pb::run_event::Event::Outcome(o)) => return (laps, o),
-                None => {}
-            }
-        }
-        panic!("no outcome")
-    });
+    let watcher = start_watch(url(port), &job, 60.0, 30.0);
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(!watcher.is_finished(), "the watcher waits for the receipt");
     let data = r.data();
@@ -1333,6 +1222,7 @@ async fn a_check_run_by_another_process_ends_a_waiting_watcher_done() {
         .await
         .expect("DONE well before the 30 s poll")
         .unwrap();
+    let o = o.unwrap();
     assert_eq!(
         (o.status.as_str(), o.reason.as_str()),
         ("DONE", "gate-passed")

@@ -8,54 +8,19 @@
 //! reported as ended (let alone DONE); failed writes are reported, not fatal;
 //! a full disk gives a clear error and leaves an intact database.
 
-use std::fs::File;
-use std::net::{SocketAddr, TcpListener, TcpStream};
+#[path = "support/serve.rs"]
+mod support;
+
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use slm_proto::v1 as pb;
-use slm_proto::v1::loop_engine_client::LoopEngineClient;
 use slm_runtime::testing::TestDatabase;
-use tokio::task::JoinHandle;
-use tokio_stream::StreamExt;
+
+use support::{ENV_CLEARED, Proc, free_port, run, serve, slm, start_watch, url};
 
 // ------------------------------------------------------------------ helpers
-
-const ENV_CLEARED: &[&str] = &[
-    "SLM_LOOP_KILL",
-    "SLM_LEDGER_URL",
-    "SLM_LOOP_ENGINE_URL",
-    "SLM_RECEIPT_URL",
-    "SLM_BRIDGE_URL",
-    "SLM_PROFILE",
-    "SLM_DATABASE_URL",
-    "SLM_LEDGER_DATABASE_URL",
-    "SLM_RECEIPT_DATABASE_URL",
-    "SLM_OPERATOR_TOKEN",
-    "SLM_OPERATOR_TOKEN_FILE",
-    "SLM_AGENT_ID",
-    "SLM_LOG",
-];
-
-fn slm(data: &Path) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_slm"));
-    c.env("SLM_DATA_DIR", data).stdin(Stdio::null());
-    for k in ENV_CLEARED {
-        c.env_remove(k);
-    }
-    c
-}
-
-fn run(c: &mut Command) -> (i32, String, String) {
-    let o = c.output().expect("the command runs");
-    (
-        o.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&o.stdout).into(),
-        String::from_utf8_lossy(&o.stderr).into(),
-    )
-}
 
 fn parse(s: &str) -> Value {
     serde_json::from_str(s).unwrap_or_else(|e| panic!("not JSON ({e}): {s}"))
@@ -71,102 +36,6 @@ fn cli_json(data: &Path, env: &[(&str, String)], args: &[&str]) -> Value {
     let (code, out, err) = run(&mut c);
     assert_eq!(code, 0, "slm {args:?}: {out}{err}");
     parse(&out)
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// A server process, SIGKILLed on drop if still running.
-struct Proc {
-    child: Option<Child>,
-    log: PathBuf,
-    name: String,
-}
-
-impl Proc {
-    /// `kill -9`, and wait for it to be gone.
-    fn sigkill(&mut self) {
-        let mut c = self.child.take().expect("running");
-        let pid = c.id() as i32;
-        // SAFETY: signalling our own child by pid.
-        assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
-        let status = c.wait().unwrap();
-        use std::os::unix::process::ExitStatusExt;
-        assert_eq!(status.signal(), Some(libc::SIGKILL), "{}", self.name);
-    }
-
-    /// SIGTERM and wait (a clean stop, so the databases can be checked).
-    fn stop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            // SAFETY: signalling our own child by pid.
-            unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
-            let deadline = Instant::now() + Duration::from_secs(15);
-            while c.try_wait().unwrap().is_none() {
-                if Instant::now() > deadline {
-                    let _ = c.kill();
-                }
-                std::thread::sleep(Duration::from_millis(50));
-            }
-        }
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-fn spawn_and_wait(mut c: Command, name: &str, log: PathBuf, port: u16) -> Proc {
-    c.stdout(Stdio::null()).stderr(
-        File::options()
-            .create(true)
-            .append(true)
-            .open(&log)
-            .unwrap(),
-    );
-    let mut p = Proc {
-        child: Some(c.spawn().expect("slm starts")),
-        log,
-        name: name.into(),
-    };
-    let addr: SocketAddr = ([127, 0, 0, 1], port).into();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
-        if let Some(status) = p.child.as_mut().unwrap().try_wait().unwrap() {
-            panic!(
-                "{name} exited ({status}): {}",
-                std::fs::read_to_string(&p.log).unwrap_or_default()
-            );
-        }
-        assert!(Instant::now() < deadline, "{name} never listened");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    p
-}
-
-/// `slm serve [--only ..]` on `data`, gRPC on `port`.
-fn serve(data: &Path, name: &str, port: u16, extra: &[&str], env: &[(&str, String)]) -> Proc {
-    let mut c = slm(data);
-    c.args(["serve", "--grpc", &format!("127.0.0.1:{port}")])
-        .args(extra);
-    for (k, v) in env {
-        c.env(k, v);
-    }
-    let log = data.parent().unwrap().join(format!("{name}.log"));
-    spawn_and_wait(c, name, log, port)
-}
-
-fn url(port: u16) -> String {
-    format!("http://127.0.0.1:{port}")
 }
 
 /// A project whose registered check passes.
@@ -204,47 +73,6 @@ fn register(data: &Path, env: &[(&str, String)], proj: &Path) -> String {
         ],
     );
     v["job_id"].as_str().unwrap().to_string()
-}
-
-type WatchResult = (Vec<pb::LapEntry>, Result<pb::RunOutcome, String>);
-
-/// Starts a watcher `build` on the engine at `engine_url` for `job`; the
-/// task ends with the outcome, or with the stream error when the engine
-/// dies under it.
-fn start_watch(engine_url: String, job: &str, poll_s: f64) -> JoinHandle<WatchResult> {
-    let contract = json!({"job_id": job}).to_string();
-    tokio::spawn(async move {
-        let mut client = LoopEngineClient::connect(engine_url).await.unwrap();
-        let mut s = client
-            .run_loop(pb::RunLoopRequest {
-                profile_id: String::new(),
-                kind: Some(pb::run_loop_request::Kind::Watch(pb::WatchSpec {
-                    name: "build".into(),
-                    gate_query: "build status".into(),
-                    max_iterations: 200,
-                    max_wallclock_s: 100.0,
-                    poll_interval_s: poll_s,
-                    contract_json: contract,
-                    agent_id: "agent-7".into(),
-                    ..Default::default()
-                })),
-            })
-            .await
-            .unwrap()
-            .into_inner();
-        let mut laps = Vec::new();
-        while let Some(ev) = s.next().await {
-            match ev {
-                Ok(ev) => match ev.event {
-                    Some(pb::run_event::Event::Lap(l)) => laps.push(l),
-                    Some(pb::run_event::Event::Outcome(o)) => return (laps, Ok(o)),
-                    None => {}
-                },
-                Err(e) => return (laps, Err(e.to_string())),
-            }
-        }
-        (laps, Err("the stream ended without an outcome".into()))
-    })
 }
 
 /// History of loop `build` and show of `run`, through the CLI as `env`
@@ -397,7 +225,7 @@ async fn kill_9_of_slm_serve_mid_loop_loses_no_committed_row() {
         ("SLM_LEDGER_URL", url(port)),
         ("SLM_LOOP_ENGINE_URL", url(port)),
     ];
-    let watcher = start_watch(url(port), &job, 0.25);
+    let watcher = start_watch(url(port), &job, 100.0, 0.25);
 
     // Wait for some committed laps, read back through history.
     let mut run_id = String::new();
@@ -452,7 +280,7 @@ async fn kill_9_of_slm_serve_mid_loop_loses_no_committed_row() {
     );
     // The server works on after the crash: a new watcher ends DONE on the
     // receipt, and the old run keeps its honest state.
-    let watcher = start_watch(url(port), &job, 30.0);
+    let watcher = start_watch(url(port), &job, 100.0, 30.0);
     tokio::time::sleep(Duration::from_millis(800)).await;
     let (code, out, err) = run(slm(&data).args(["check", "run", &job, "--json"]));
     assert_eq!(code, 0, "{out}{err}");
@@ -610,7 +438,7 @@ async fn kill_9_of_one_service_process_on_postgres() {
     let (pl, pr, pe) = l.ports;
 
     // --- the loop engine dies mid-run.
-    let watcher = start_watch(url(pe), &job, 0.25);
+    let watcher = start_watch(url(pe), &job, 100.0, 0.25);
     let run_id = newest_run_with(&op, &env, 4, "").await;
     let committed = laps_of(&cli_json(&op, &env, &["loop", "show", &run_id, "--json"]));
     l.engine.sigkill();
@@ -643,7 +471,7 @@ async fn kill_9_of_one_service_process_on_postgres() {
     );
 
     // --- the ledger dies mid-run.
-    let watcher = start_watch(url(pe), &job, 0.25);
+    let watcher = start_watch(url(pe), &job, 100.0, 0.25);
     let second = newest_run_with(&op, &env, 3, &run_id).await;
     let committed2 = laps_of(&cli_json(&op, &env, &["loop", "show", &second, "--json"]));
     l.ledger.sigkill();
@@ -835,7 +663,7 @@ async fn postgres_restart_under_a_waiting_watcher() {
             "--json",
         ],
     );
-    let watcher = start_watch(url(port), &job, 30.0);
+    let watcher = start_watch(url(port), &job, 100.0, 30.0);
     tokio::time::sleep(Duration::from_millis(800)).await;
     assert!(!watcher.is_finished());
 

@@ -4,85 +4,26 @@
 //! A watcher waiting in the loop-engine process ends DONE when the operator
 //! runs the registered check through the receipt process.
 
-use std::fs::File;
-use std::net::{SocketAddr, TcpListener, TcpStream};
+#[path = "support/serve.rs"]
+mod support;
+
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use serde_json::{Value, json};
-use slm_proto::v1 as pb;
-use slm_proto::v1::loop_engine_client::LoopEngineClient;
+use serde_json::Value;
 use slm_runtime::testing::TestDatabase;
-use tokio_stream::StreamExt;
 
-struct Proc {
-    child: Child,
-    log: PathBuf,
-}
+use support::{Proc, free_port, run, slm, spawn_and_wait, start_watch, url};
 
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn slm(data: &Path) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_slm"));
-    c.env("SLM_DATA_DIR", data);
-    for k in [
-        "SLM_LOOP_KILL",
-        "SLM_LEDGER_URL",
-        "SLM_LOOP_ENGINE_URL",
-        "SLM_RECEIPT_URL",
-        "SLM_BRIDGE_URL",
-        "SLM_PROFILE",
-        "SLM_DATABASE_URL",
-        "SLM_OPERATOR_TOKEN",
-        "SLM_OPERATOR_TOKEN_FILE",
-        "SLM_AGENT_ID",
-    ] {
-        c.env_remove(k);
-    }
-    c
-}
-
+/// `slm <args>` on `dir/<name>` with `env`, its log in `dir/<name>.log`,
+/// waited on until it listens on `port`.
 fn start(dir: &Path, name: &str, args: &[&str], env: &[(&str, String)], port: u16) -> Proc {
-    let data = dir.join(name);
-    let log = dir.join(format!("{name}.log"));
-    let mut c = slm(&data);
-    c.args(args)
-        .stdout(Stdio::null())
-        .stderr(File::create(&log).unwrap());
+    let mut c = slm(&dir.join(name));
+    c.args(args);
     for (k, v) in env {
         c.env(k, v);
     }
-    let mut p = Proc {
-        child: c.spawn().unwrap(),
-        log,
-    };
-    let addr: SocketAddr = ([127, 0, 0, 1], port).into();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
-        if let Some(status) = p.child.try_wait().unwrap() {
-            panic!(
-                "{name} exited ({status}): {}",
-                std::fs::read_to_string(&p.log).unwrap_or_default()
-            );
-        }
-        assert!(Instant::now() < deadline, "{name} never listened");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    p
+    spawn_and_wait(c, name, dir.join(format!("{name}.log")), port)
 }
 
 /// The operator's CLI: its own empty data root, every service remote.
@@ -105,15 +46,6 @@ impl Operator {
     }
 }
 
-fn run(c: &mut Command) -> (i32, String, String) {
-    let o = c.output().unwrap();
-    (
-        o.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&o.stdout).into(),
-        String::from_utf8_lossy(&o.stderr).into(),
-    )
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn services_in_separate_processes_on_postgres() {
     let db = TestDatabase::create("slm_mp").await;
@@ -125,7 +57,6 @@ async fn services_in_separate_processes_on_postgres() {
         free_port(),
         free_port(),
     );
-    let url = |p: u16| format!("http://127.0.0.1:{p}");
     let ledger = start(
         dir.path(),
         "ledger",
@@ -284,33 +215,7 @@ async fn services_in_separate_processes_on_postgres() {
         .0,
         0
     );
-    let mut client = LoopEngineClient::connect(url(pe)).await.unwrap();
-    let contract = json!({"job_id": job}).to_string();
-    let watcher = tokio::spawn(async move {
-        let mut s = client
-            .run_loop(pb::RunLoopRequest {
-                profile_id: String::new(),
-                kind: Some(pb::run_loop_request::Kind::Watch(pb::WatchSpec {
-                    name: "build".into(),
-                    gate_query: "build status".into(),
-                    max_iterations: 100,
-                    max_wallclock_s: 60.0,
-                    poll_interval_s: 30.0,
-                    contract_json: contract,
-                    agent_id: "agent-7".into(),
-                    ..Default::default()
-                })),
-            })
-            .await
-            .unwrap()
-            .into_inner();
-        while let Some(ev) = s.next().await {
-            if let Some(pb::run_event::Event::Outcome(o)) = ev.unwrap().event {
-                return o;
-            }
-        }
-        panic!("no outcome")
-    });
+    let watcher = start_watch(url(pe), &job, 60.0, 30.0);
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(!watcher.is_finished());
     let op2 = op.clone();
@@ -323,10 +228,11 @@ async fn services_in_separate_processes_on_postgres() {
         serde_json::from_str::<Value>(&out).unwrap()["verdict"],
         "PASS"
     );
-    let o = tokio::time::timeout(Duration::from_secs(10), watcher)
+    let (_, o) = tokio::time::timeout(Duration::from_secs(10), watcher)
         .await
         .expect("DONE well before the 30 s poll")
         .unwrap();
+    let o = o.unwrap();
     assert_eq!(
         (o.status.as_str(), o.reason.as_str()),
         ("DONE", "gate-passed")

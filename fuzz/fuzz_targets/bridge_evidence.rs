@@ -3,10 +3,10 @@
 //!
 //! Two input modes, chosen by the first byte:
 //!
-//! * raw: the rest is one tool reply's text, decoded like `Producer::call`
-//!   (at most 2 MiB, must be a JSON object) and then run through every
-//!   check a reply can meet: capabilities, terminal listing, v1 evidence,
-//!   v2 execution evidence;
+//! * raw: the rest is one tool reply's text, decoded by the bridge's own
+//!   `reply::decode_text` (at most 2 MiB, must be a JSON object) and then
+//!   run through every check a reply can meet: capabilities, terminal
+//!   listing, v1 evidence, v2 execution evidence;
 //! * mutate: a recorded, valid v1 or v2 document (the crate's own test
 //!   fixtures) is edited by a sequence of structured operations (replace,
 //!   remove, insert, grow a list to a limit, boundary numbers and strings)
@@ -30,6 +30,7 @@ use slm_bridge::domain::{
     is_safe_id, refusal, sha256_hex, v1_bridge_payload, v1_payload_from_row, validate_v1,
     validate_v2,
 };
+use slm_bridge::reply::{LISTED_RUN_FIELDS, decode_text, listed_run};
 
 const V1_FIXTURE: &str =
     include_str!("../../services/bridge/tests/fixtures/bl_graph_evidence.by-run_ref.json");
@@ -79,15 +80,13 @@ fuzz_target!(|data: &[u8]| {
 
 /// BRIDGE-08: one text item, at most 2 MiB, a JSON object.
 fn raw_reply(bytes: &[u8]) {
-    if bytes.len() > MAX_TEXT_BYTES {
-        return;
-    }
     let Ok(text) = std::str::from_utf8(bytes) else {
         return;
     };
-    let Ok(Value::Object(m)) = serde_json::from_str::<Value>(text) else {
+    let Ok(m) = decode_text(text) else {
         return;
     };
+    assert!(bytes.len() <= MAX_TEXT_BYTES);
     check_reply(&m);
     check_document(&m);
 }
@@ -102,10 +101,8 @@ fn check_reply(reply: &Map<String, Value>) {
     let _ = canon_digest(reply.get("capabilities").unwrap_or(&Value::Null));
     check_listing(reply);
     // An evidence reply: {"status": "ok", "evidence": {...}}.
-    if let (Some("ok"), Some(Value::Object(evidence))) = (
-        reply.get("status").and_then(Value::as_str),
-        reply.get("evidence"),
-    ) {
+    if let Ok(Some(evidence)) = slm_bridge::reply::evidence(reply) {
+        assert_eq!(reply.get("status"), Some(&json!("ok")));
         check_document(evidence);
     }
 }
@@ -121,12 +118,10 @@ fn check_listing(listing: &Map<String, Value>) {
     let used: Vec<&Value> = runs.iter().take(MAX_RUNS).collect();
     assert!(used.len() <= MAX_RUNS);
     for run in used {
-        let fields: Option<Vec<&str>> = ["run_ref", "run_id", "run_state", "terminal_at"]
-            .iter()
-            .map(|k| run.get(*k).and_then(Value::as_str))
-            .collect();
-        if let Some(fields) = fields {
-            assert_eq!(fields.len(), 4);
+        if let Some(fields) = listed_run(run) {
+            for (k, v) in LISTED_RUN_FIELDS.iter().zip(fields) {
+                assert_eq!(run.get(*k).and_then(Value::as_str), Some(v));
+            }
         }
     }
 }

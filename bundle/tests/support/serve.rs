@@ -1,6 +1,9 @@
-//! One real `slm serve` process on a fresh data root (SQLite, or PostgreSQL
-//! with `--database-url`), the operator's credential and gRPC clients to it.
-//! Shared by `load.rs` and `forgery_watch.rs` (`#[path]` module).
+//! Starting the real `slm` binary in tests: the command with a clean
+//! environment ([`slm`], [`run`]), a server process waited on until it
+//! listens and killed on drop ([`serve`], [`spawn_and_wait`], [`Proc`]), and
+//! one whole `slm serve` on a fresh data root (SQLite, or PostgreSQL with
+//! `--database-url`) with the operator's credential and gRPC clients to it
+//! ([`Server`]). Shared by the tests in this folder (`#[path]` module).
 
 #![allow(dead_code)]
 
@@ -20,29 +23,171 @@ use tonic::transport::Channel;
 
 pub const OPERATOR_HEADER: &str = "x-slm-operator-token";
 
+// ---------------------------------------------------------------- processes
+
+/// Variables that would point `slm` at other services, databases, a
+/// credential or a log filter: removed so every test starts from the same
+/// environment.
+pub const ENV_CLEARED: &[&str] = &[
+    "SLM_LOOP_KILL",
+    "SLM_LEDGER_URL",
+    "SLM_LOOP_ENGINE_URL",
+    "SLM_RECEIPT_URL",
+    "SLM_BRIDGE_URL",
+    "SLM_PROFILE",
+    "SLM_DATABASE_URL",
+    "SLM_LEDGER_DATABASE_URL",
+    "SLM_RECEIPT_DATABASE_URL",
+    "SLM_OPERATOR_TOKEN",
+    "SLM_OPERATOR_TOKEN_FILE",
+    "SLM_AGENT_ID",
+    "SLM_LOG",
+];
+
+/// The binary with a clean environment for the data root `data`.
+pub fn slm(data: &Path) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_slm"));
+    c.env("SLM_DATA_DIR", data).stdin(Stdio::null());
+    for k in ENV_CLEARED {
+        c.env_remove(k);
+    }
+    c
+}
+
+/// Exit code (-1 when killed by a signal), stdout, stderr.
+pub fn run(c: &mut Command) -> (i32, String, String) {
+    let o = c.output().expect("the command runs");
+    (
+        o.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&o.stdout).into(),
+        String::from_utf8_lossy(&o.stderr).into(),
+    )
+}
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+pub fn url(port: u16) -> String {
+    format!("http://127.0.0.1:{port}")
+}
+
+/// A server process, killed on drop if still running (a failing test must
+/// not leak it).
+pub struct Proc {
+    child: Option<Child>,
+    pub log: PathBuf,
+    pub name: String,
+}
+
+impl Proc {
+    /// The running child.
+    pub fn child(&mut self) -> &mut Child {
+        self.child.as_mut().expect("still running")
+    }
+
+    /// Panics with the log when the process has exited.
+    pub fn assert_alive(&mut self) {
+        if let Some(status) = self.child().try_wait().unwrap() {
+            panic!("{} died ({status}): {}", self.name, self.log_text());
+        }
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// `kill -9`, and wait for it to be gone.
+    pub fn sigkill(&mut self) {
+        let mut c = self.child.take().expect("running");
+        let pid = c.id() as i32;
+        // SAFETY: signalling our own child by pid.
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+        let status = c.wait().unwrap();
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(status.signal(), Some(libc::SIGKILL), "{}", self.name);
+    }
+
+    /// SIGTERM and wait (a clean stop, so the databases can be checked).
+    pub fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            // SAFETY: signalling our own child by pid.
+            unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+            let deadline = Instant::now() + Duration::from_secs(15);
+            while c.try_wait().unwrap().is_none() {
+                if Instant::now() > deadline {
+                    let _ = c.kill();
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Spawns `c` (stdout discarded, stderr appended to `log`) and waits until
+/// it listens on `port` of 127.0.0.1.
+pub fn spawn_and_wait(mut c: Command, name: &str, log: PathBuf, port: u16) -> Proc {
+    c.stdout(Stdio::null()).stderr(
+        File::options()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .unwrap(),
+    );
+    let mut p = Proc {
+        child: Some(c.spawn().expect("slm starts")),
+        log,
+        name: name.into(),
+    };
+    let addr: SocketAddr = ([127, 0, 0, 1], port).into();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
+        if let Some(status) = p.child().try_wait().unwrap() {
+            panic!("{name} exited ({status}): {}", p.log_text());
+        }
+        assert!(Instant::now() < deadline, "{name} never listened");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    p
+}
+
+/// `slm serve [extra]` on `data` with `env`, gRPC on `port`; its stderr in
+/// `<name>.log` beside `data`.
+pub fn serve(data: &Path, name: &str, port: u16, extra: &[&str], env: &[(&str, String)]) -> Proc {
+    let mut c = slm(data);
+    c.args(["serve", "--grpc", &format!("127.0.0.1:{port}")])
+        .args(extra);
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let log = data.parent().unwrap().join(format!("{name}.log"));
+    spawn_and_wait(c, name, log, port)
+}
+
+// ------------------------------------------------------- one whole server
+
 pub struct Server {
-    pub child: Child,
+    /// First, so the process is gone before its folder and database.
+    pub process: Proc,
     pub dir: tempfile::TempDir,
     pub data: PathBuf,
     pub log: PathBuf,
     pub url: String,
     pub token: String,
     pub pg: Option<TestDatabase>,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 impl Server {
@@ -56,48 +201,16 @@ impl Server {
         };
         let dir = tempfile::tempdir().unwrap();
         let data = dir.path().join("data");
-        let log = dir.path().join("serve.log");
         let port = free_port();
-        let mut c = Command::new(env!("CARGO_BIN_EXE_slm"));
-        c.env("SLM_DATA_DIR", &data);
-        for k in [
-            "SLM_LOOP_KILL",
-            "SLM_LEDGER_URL",
-            "SLM_LOOP_ENGINE_URL",
-            "SLM_RECEIPT_URL",
-            "SLM_BRIDGE_URL",
-            "SLM_PROFILE",
-            "SLM_DATABASE_URL",
-            "SLM_LEDGER_DATABASE_URL",
-            "SLM_OPERATOR_TOKEN",
-            "SLM_OPERATOR_TOKEN_FILE",
-            "SLM_AGENT_ID",
-        ] {
-            c.env_remove(k);
-        }
-        c.args(["serve", "--grpc", &format!("127.0.0.1:{port}")]);
-        if let Some(pg) = &pg {
-            c.args(["--database-url", &pg.url]);
-        }
-        c.stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(File::create(&log).unwrap());
-        let mut child = c.spawn().unwrap();
-        let addr: SocketAddr = ([127, 0, 0, 1], port).into();
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
-            if let Some(status) = child.try_wait().unwrap() {
-                panic!(
-                    "slm serve exited ({status}): {}",
-                    std::fs::read_to_string(&log).unwrap_or_default()
-                );
-            }
-            assert!(Instant::now() < deadline, "slm serve never listened");
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        let extra = match &pg {
+            Some(pg) => vec!["--database-url", pg.url.as_str()],
+            None => vec![],
+        };
+        let process = serve(&data, "serve", port, &extra, &[]);
+        let log = process.log.clone();
         let token = std::fs::read_to_string(data.join("loop-admission/operator.token")).unwrap();
         Server {
-            child,
+            process,
             dir,
             data,
             log,
@@ -136,7 +249,8 @@ impl Server {
 
     /// Peak resident set of the server so far (VmHWM), in KiB.
     pub fn peak_rss_kib(&self) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
+        let pid = self.process.child.as_ref().expect("running").id();
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
         status
             .lines()
             .find_map(|l| l.strip_prefix("VmHWM:"))
@@ -276,4 +390,51 @@ pub async fn watch(
         }
     }
     panic!("no outcome")
+}
+
+pub type WatchResult = (Vec<pb::LapEntry>, Result<pb::RunOutcome, String>);
+
+/// Starts a watcher `build` (gate query "build status", agent `agent-7`, at
+/// most 200 laps) on the engine at `engine_url` for `job`; the task ends
+/// with its laps and outcome, or with the stream error when the engine dies
+/// under it.
+pub fn start_watch(
+    engine_url: String,
+    job: &str,
+    wall_s: f64,
+    poll_s: f64,
+) -> tokio::task::JoinHandle<WatchResult> {
+    let contract = serde_json::json!({"job_id": job}).to_string();
+    tokio::spawn(async move {
+        let mut client = LoopEngineClient::connect(engine_url).await.unwrap();
+        let mut s = client
+            .run_loop(pb::RunLoopRequest {
+                profile_id: String::new(),
+                kind: Some(pb::run_loop_request::Kind::Watch(pb::WatchSpec {
+                    name: "build".into(),
+                    gate_query: "build status".into(),
+                    max_iterations: 200,
+                    max_wallclock_s: wall_s,
+                    poll_interval_s: poll_s,
+                    contract_json: contract,
+                    agent_id: "agent-7".into(),
+                    ..Default::default()
+                })),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        let mut laps = Vec::new();
+        while let Some(ev) = s.next().await {
+            match ev {
+                Ok(ev) => match ev.event {
+                    Some(pb::run_event::Event::Lap(l)) => laps.push(l),
+                    Some(pb::run_event::Event::Outcome(o)) => return (laps, Ok(o)),
+                    None => {}
+                },
+                Err(e) => return (laps, Err(e.to_string())),
+            }
+        }
+        (laps, Err("the stream ended without an outcome".into()))
+    })
 }

@@ -10,6 +10,7 @@ use serde_json::{Map, Value, json};
 use crate::client::{Fail, OBSERVATION_TIMEOUT, Producer, with_producer};
 use crate::discovery::{self, Flavor};
 use crate::domain::{self, *};
+use crate::reply;
 use crate::store::Store;
 
 /// The result of one observation (BRIDGE-16 / BRIDGE-22 shapes).
@@ -212,14 +213,10 @@ impl Bridge {
                         return Err(refusal::LISTING_MALFORMED.into());
                     };
                     let reply = p.call(V1_TOOL, json!({"run_ref": run_ref})).await?;
-                    let status = reply.get("status").and_then(Value::as_str);
-                    if status == Some("unavailable") {
-                        continue;
-                    }
-                    let (Some("ok"), Some(Value::Object(evidence))) =
-                        (status, reply.get("evidence"))
+                    let Some(evidence) = reply::evidence(&reply)
+                        .map_err(|()| Fail::from(refusal::EVIDENCE_MALFORMED))?
                     else {
-                        return Err(refusal::EVIDENCE_MALFORMED.into());
+                        continue;
                     };
                     out.push(domain::v1_bridge_payload(evidence, &profile).map_err(Fail::from)?);
                 }
@@ -274,28 +271,19 @@ impl Bridge {
                 let listing_digest = canon_digest(&Value::Array(runs.clone()));
                 let mut out = Vec::new();
                 for run in runs.iter().take(MAX_RUNS) {
-                    let fields: Option<Vec<&str>> =
-                        ["run_ref", "run_id", "run_state", "terminal_at"]
-                            .iter()
-                            .map(|k| run.get(*k).and_then(Value::as_str))
-                            .collect();
-                    let Some(fields) = fields else {
+                    let Some(fields) = reply::listed_run(run) else {
                         return Err(refusal::LISTING_MALFORMED.into());
                     };
                     let reply = p.call(V2_TOOL, json!({"run_ref": fields[0]})).await?;
-                    let status = reply.get("status").and_then(Value::as_str);
-                    if status == Some("unavailable") {
-                        continue;
-                    }
-                    let (Some("ok"), Some(Value::Object(evidence))) =
-                        (status, reply.get("evidence"))
+                    let Some(evidence) = reply::evidence(&reply)
+                        .map_err(|()| Fail::from(refusal::V2_EVIDENCE_MALFORMED))?
                     else {
-                        return Err(refusal::V2_EVIDENCE_MALFORMED.into());
+                        continue;
                     };
                     if evidence.get("contract").and_then(Value::as_str) != Some(V2_CONTRACT) {
                         return Err(refusal::V2_UNSUPPORTED_CONTRACT.into());
                     }
-                    let same = ["run_ref", "run_id", "run_state", "terminal_at"]
+                    let same = reply::LISTED_RUN_FIELDS
                         .iter()
                         .zip(&fields)
                         .all(|(k, v)| evidence.get(*k).and_then(Value::as_str) == Some(*v));

@@ -20,6 +20,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, ReadBuf};
 
 use crate::discovery::Approved;
 use crate::domain::{MAX_TEXT_BYTES, refusal};
+use crate::reply;
 
 /// The deadline of one observation, spawn to last reply (BRIDGE-07).
 pub const OBSERVATION_TIMEOUT: Duration = Duration::from_secs(5);
@@ -81,14 +82,7 @@ impl Producer {
         let Some(text) = result.content[0].as_text() else {
             return Err(refusal::INVALID_PAYLOAD.into());
         };
-        if text.text.len() > MAX_TEXT_BYTES {
-            return Err(refusal::INVALID_PAYLOAD.into());
-        }
-        match serde_json::from_str::<Value>(&text.text) {
-            Ok(Value::Object(m)) => Ok(m),
-            Ok(_) => Err(refusal::INVALID_PAYLOAD.into()),
-            Err(_) => Err(refusal::INVALID_JSON.into()),
-        }
+        reply::decode_text(&text.text).map_err(Fail::from)
     }
 }
 

@@ -4,6 +4,7 @@
 //! - [`domain`]: contract ids, refusal texts, canonical JSON, v1/v2 validation;
 //! - [`discovery`]: `PATH` lookup of `bounded-loops-mcp` and trust checks;
 //! - [`client`]: the bounded MCP exchange with the producer (rmcp);
+//! - [`reply`]: how a producer's reply is read (text, evidence, listing), pure;
 //! - [`bridge`]: the two observations and the status probe;
 //! - [`store`]: `learning.db` tables (M040 tombstone, M041, M050) on SQLite
 //!   or PostgreSQL;
@@ -14,6 +15,7 @@ pub mod client;
 pub mod discovery;
 pub mod domain;
 pub mod grpc;
+pub mod reply;
 pub mod store;
 
 pub use bridge::{Bridge, Outcome};

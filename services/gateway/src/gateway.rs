@@ -695,8 +695,9 @@ impl ServerHandler for Gateway {
 
 /// A run without a terminal lap gets `"ended": false` and its `state`
 /// (`running`, `unfinished`, `interrupted`); a finished run keeps the
-/// documented shape.
-fn mark_unfinished(row: &mut Value, ended: bool, state: &str) {
+/// documented shape. Shared by the MCP tools (`slm_loop_history`,
+/// `slm_loop_show`) and the CLI's `slm loop history|show --json`.
+pub fn mark_unfinished(row: &mut Value, ended: bool, state: &str) {
     if !ended {
         row["ended"] = json!(false);
         row["state"] = json!(state);

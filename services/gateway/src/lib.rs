@@ -46,7 +46,8 @@ mod profile;
 pub mod tools;
 
 pub use gateway::{
-    Backends, DEFAULT_AGENT_ID, Gateway, RUN_NOTE, RouteAgentId, WatchLimits, sanitize_agent_id,
+    Backends, DEFAULT_AGENT_ID, Gateway, RUN_NOTE, RouteAgentId, WatchLimits, mark_unfinished,
+    sanitize_agent_id,
 };
 #[doc(hidden)]
 pub use gateway::{read_request, watch_spec};

@@ -27,6 +27,12 @@ use crate::domain::watch;
 use crate::domain::{
     Bounds, LoopSpec, NoApprover, Outcome, Rung, SystemClock, new_run_id, run_bounded_loop,
 };
+// The run-state rule lives in the domain; re-exported here for the
+// `slm_loop_engine::grpc::*` paths.
+pub use crate::domain::run_state::{
+    RUN_SILENT_AFTER_S, RUN_STATE_ENDED, RUN_STATE_INTERRUPTED, RUN_STATE_RUNNING,
+    RUN_STATE_UNFINISHED, is_terminal, run_state,
+};
 use crate::kill::KillFiles;
 use crate::ledger::{ServiceLedger, TeeLedger};
 use crate::watch::{WatchGate, WatchRunner, subscribe_wakeups};
@@ -246,52 +252,6 @@ impl LoopEngineService {
     }
 }
 
-/// A run whose newest row is terminal.
-pub const RUN_STATE_ENDED: &str = "ended";
-/// A run this engine is running now.
-pub const RUN_STATE_RUNNING: &str = "running";
-/// No terminal row, not running in this engine, and silent for longer than
-/// any live run can be: its engine stopped mid-run (killed, crashed).
-pub const RUN_STATE_INTERRUPTED: &str = "interrupted";
-/// No terminal row and not running in this engine, but written recently:
-/// either its engine stopped mid-run or another engine sharing the ledger
-/// is still running it. This engine cannot tell which.
-pub const RUN_STATE_UNFINISHED: &str = "unfinished";
-/// A live run writes a row at least every poll interval (at most
-/// `watch::WALLCLOCK_CAP_S`) plus one gate call; a run silent for longer has
-/// no live engine.
-pub const RUN_SILENT_AFTER_S: f64 = 180.0;
-
-/// Whether a lap decision ends its run (done, halt, pause, killed, error).
-pub fn is_terminal(decision: &str) -> bool {
-    decision
-        .parse::<crate::domain::Decision>()
-        .is_ok_and(|d| d != crate::domain::Decision::Continue)
-}
-
-/// How a run stands, judged at read time from its newest row (nothing is
-/// written on startup: several engines may share one ledger).
-pub fn run_state(
-    last_decision: &str,
-    running_here: bool,
-    last_ts: &str,
-    now: time::OffsetDateTime,
-) -> (bool, &'static str) {
-    if is_terminal(last_decision) {
-        return (true, RUN_STATE_ENDED);
-    }
-    if running_here {
-        return (false, RUN_STATE_RUNNING);
-    }
-    let silent = slm_runtime::time::parse_iso(last_ts)
-        .is_none_or(|t| (now - t).as_seconds_f64() > RUN_SILENT_AFTER_S);
-    if silent {
-        (false, RUN_STATE_INTERRUPTED)
-    } else {
-        (false, RUN_STATE_UNFINISHED)
-    }
-}
-
 fn required(value: &str, what: &str) -> Result<String, Status> {
     let v = value.trim();
     if v.is_empty() {
@@ -433,46 +393,5 @@ impl LoopEngine for LoopEngineService {
             engaged: !r.clear,
             run_ids,
         }))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn at(s: &str) -> time::OffsetDateTime {
-        slm_runtime::time::parse_iso(s).unwrap()
-    }
-
-    #[test]
-    fn a_run_without_a_terminal_row_is_never_reported_ended() {
-        let now = at("2026-01-01T00:10:00+00:00");
-        let recent = "2026-01-01T00:09:00+00:00";
-        let old = "2026-01-01T00:00:00+00:00";
-        for d in ["done", "halt", "pause", "killed", "error"] {
-            assert_eq!(run_state(d, false, old, now), (true, RUN_STATE_ENDED));
-            assert_eq!(run_state(d, true, recent, now), (true, RUN_STATE_ENDED));
-        }
-        assert_eq!(
-            run_state("continue", true, old, now),
-            (false, RUN_STATE_RUNNING)
-        );
-        assert_eq!(
-            run_state("continue", false, recent, now),
-            (false, RUN_STATE_UNFINISHED)
-        );
-        assert_eq!(
-            run_state("continue", false, old, now),
-            (false, RUN_STATE_INTERRUPTED)
-        );
-        // An unknown or missing decision is not an end either.
-        assert_eq!(
-            run_state("", false, "", now),
-            (false, RUN_STATE_INTERRUPTED)
-        );
-        assert_eq!(
-            run_state("DONE", false, recent, now),
-            (false, RUN_STATE_UNFINISHED)
-        );
     }
 }

@@ -8,6 +8,7 @@ pub mod engine;
 pub mod memory_ledger;
 pub mod model;
 pub mod rules;
+pub mod run_state;
 pub mod stop_reasons;
 pub mod watch;
 
