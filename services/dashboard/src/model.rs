@@ -213,6 +213,8 @@ pub struct CheckRow {
     pub latest_verdict: String,
     pub latest_reason: String,
     pub containment: String,
+    /// The filesystem sandbox of the latest run (`landlock-v<abi>`, `none`).
+    pub sandbox: String,
     pub latest_at: String,
 }
 
@@ -233,6 +235,7 @@ impl CheckRow {
             latest_verdict: latest.verdict,
             latest_reason: latest.stop_reason,
             containment: latest.containment,
+            sandbox: latest.sandbox,
             latest_at: latest.produced_at,
         })
     }

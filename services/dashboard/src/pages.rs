@@ -193,7 +193,7 @@ pub fn checks(c: &ChecksPage) -> String {
         "<h1>Registered checks and receipts</h1>\
 <p class=\"note\">Read-only. Checks are registered and run by the operator on the SLM computer, \
 never through MCP or this page. Check output is not stored, so it is never shown: only the \
-latest receipt's verdict, reason and containment.</p>",
+latest receipt's verdict, reason, containment and sandbox.</p>",
     );
     if !c.available {
         main.push_str("<p class=\"empty\">No receipt service is connected.</p>");
@@ -203,7 +203,7 @@ latest receipt's verdict, reason and containment.</p>",
         main.push_str(
             "<table id=\"checks\"><thead><tr><th>Job</th><th>Task</th><th>Watcher</th>\
 <th>Producer</th><th>Expires</th><th>Latest verdict</th><th>Reason</th><th>Containment</th>\
-<th>Receipt time</th></tr></thead><tbody>",
+<th>Sandbox</th><th>Receipt time</th></tr></thead><tbody>",
         );
         for j in &c.jobs {
             let expiry = if j.expired {
@@ -235,7 +235,7 @@ latest receipt's verdict, reason and containment.</p>",
             let _ = write!(
                 main,
                 "<tr><td class=\"mono\">{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"ts\">{}</td>\
-<td>{}</td><td>{}</td><td>{}</td><td class=\"ts\">{}</td></tr>",
+<td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"ts\">{}</td></tr>",
                 E(&j.job_id),
                 E(&j.task_id),
                 E(&j.watcher),
@@ -244,6 +244,7 @@ latest receipt's verdict, reason and containment.</p>",
                 verdict,
                 E(&j.latest_reason),
                 E(&j.containment),
+                E(&j.sandbox),
                 E(&j.latest_at),
             );
         }

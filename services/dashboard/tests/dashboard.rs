@@ -413,6 +413,8 @@ async fn checks_show_jobs_and_latest_receipts_without_output() {
     assert_eq!(j["expired"], false);
     assert_eq!(j["latest_verdict"], ran.receipt.verdict.as_str());
     assert!(!j["containment"].as_str().unwrap().is_empty());
+    // What the receipt recorded, "none" included: never blank for a new run.
+    assert!(!j["sandbox"].as_str().unwrap().is_empty());
     assert!(j["expires_at"].as_str().unwrap().len() > 10);
     let page = get_html(&app, "/checks").await;
     assert!(page.contains(&job.job_id));
