@@ -963,9 +963,11 @@ async fn the_sandbox_confines_writes_and_hides_secrets(backend: &str) {
         script += &format!("if {attempt} 2>/dev/null; then exit {}; fi\n", 10 + i);
     }
     // What the check may do: write in its folder, its own tmp, /dev/null,
-    // /dev/stderr, and read system files.
+    // /dev/stderr, read system files, take a multiprocessing lock (a POSIX
+    // semaphore in /dev/shm).
     script += "printf ok > here.txt && printf ok > \"$TMPDIR/t\" && printf ok > /dev/null \
-               && printf ok > /dev/stderr && cat /etc/passwd > /dev/null || exit 99\n";
+               && printf ok > /dev/stderr && cat /etc/passwd > /dev/null || exit 99\n\
+               /usr/bin/python3 -c 'import multiprocessing as m; m.Lock()' || exit 98\n";
     write(&project, "check.sh", &script);
     let started = now();
     let job = e

@@ -5,7 +5,8 @@
 //! the key), read undeclared files of the live project (a verdict the receipt
 //! does not cover), and write anywhere the user can. Under the sandbox:
 //!
-//! * it writes only inside its run folder (and to `/dev/null` and friends);
+//! * it writes only inside its run folder (and to `/dev/null` and friends,
+//!   pseudo-terminals, and `/dev/shm` for semaphores and shared memory);
 //! * it cannot read the data root or the live project at all;
 //! * it cannot signal a process outside the sandbox (Landlock ABI 6), and
 //!   Landlock never lets it ptrace one or open its `/proc/<pid>/mem` (the
@@ -64,14 +65,22 @@ pub const REASON_SANDBOX_UNAVAILABLE: &str =
 const NEWEST: ABI = ABI::V6;
 
 /// Device files a check may write: output sinks every shell script uses.
-const WRITABLE_DEVICES: [&str; 6] = [
+/// Device files a check may open for writing: output sinks every shell
+/// script uses, and the pseudo-terminals of tests that drive a terminal.
+const WRITABLE_DEVICES: [&str; 8] = [
     "/dev/null",
     "/dev/zero",
     "/dev/full",
     "/dev/tty",
     "/dev/random",
     "/dev/urandom",
+    "/dev/ptmx",
+    "/dev/pts",
 ];
+/// Where POSIX semaphores and shared memory live (`sem_open`, `shm_open`):
+/// Python's multiprocessing locks need it. Runs on one data root are
+/// serialised, so no other check's folder is there to tamper with.
+const SHARED_MEMORY: &str = "/dev/shm";
 
 /// What the operator asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -399,10 +408,13 @@ fn build(policy: &FsPolicy, writable: &Path, plan: Sandbox) -> LandlockResult<Op
     let run = open_path(writable)?.ok_or("the run folder is not a directory")?;
     rules.push((run.0, handled()));
     for dev in WRITABLE_DEVICES {
-        if let Ok(Some((fd, false))) = open_path(Path::new(dev)) {
+        if let Ok(Some((fd, _))) = open_path(Path::new(dev)) {
             let rw = AccessFs::ReadFile | AccessFs::WriteFile | AccessFs::Truncate;
             rules.push((fd, rw & handled()));
         }
+    }
+    if let Ok(Some((fd, true))) = open_path(Path::new(SHARED_MEMORY)) {
+        rules.push((fd, handled() & !AccessFs::Execute));
     }
     let mut ruleset = ruleset
         .handle_access(handled())?
