@@ -404,7 +404,7 @@ fn build(policy: &FsPolicy, writable: &Path, plan: Sandbox) -> LandlockResult<Op
         .filter(|h| h.parent().is_some())
         .collect();
     let mut rules: Vec<(OwnedFd, BitFlags<AccessFs>)> = Vec::new();
-    grant_complement(Path::new("/"), &hidden, &mut rules)?;
+    grant_complement(Path::new("/"), &hidden, &mut rules);
     let run = open_path(writable)?.ok_or("the run folder is not a directory")?;
     rules.push((run.0, handled()));
     for dev in WRITABLE_DEVICES {
@@ -427,41 +427,38 @@ fn build(policy: &FsPolicy, writable: &Path, plan: Sandbox) -> LandlockResult<Op
 }
 
 /// Grants read access to everything under `dir` except the `hidden` trees.
+/// Whatever cannot be listed or opened stays unreadable: less access, never
+/// more, and never a reason not to run.
 fn grant_complement(
     dir: &Path,
     hidden: &[PathBuf],
     rules: &mut Vec<(OwnedFd, BitFlags<AccessFs>)>,
-) -> io::Result<()> {
-    if !hidden.iter().any(|h| h.starts_with(dir) && h != dir) {
-        if let Some((fd, is_dir)) = open_path(dir)? {
+) {
+    fn grant(p: &Path, rules: &mut Vec<(OwnedFd, BitFlags<AccessFs>)>) {
+        if let Ok(Some((fd, is_dir))) = open_path(p) {
             rules.push((fd, read_rights(is_dir)));
         }
-        return Ok(());
     }
-    // A directory we may not list leaves its other entries unreadable:
-    // less access, never more.
+    if !hidden.iter().any(|h| h.starts_with(dir) && h != dir) {
+        grant(dir, rules);
+        return;
+    }
     let Ok(entries) = std::fs::read_dir(dir) else {
-        return Ok(());
+        return;
     };
-    for entry in entries {
-        let path = entry?.path();
+    for path in entries.filter_map(|e| e.ok().map(|e| e.path())) {
         if hidden.contains(&path) {
             continue;
         }
         // Symbolic links are skipped: what they point to is granted (or
         // not) under its own real path.
         match std::fs::symlink_metadata(&path) {
-            Ok(m) if m.file_type().is_symlink() => continue,
-            Ok(m) if m.is_dir() => grant_complement(&path, hidden, rules)?,
-            Ok(_) => {
-                if let Some((fd, is_dir)) = open_path(&path)? {
-                    rules.push((fd, read_rights(is_dir)));
-                }
-            }
-            Err(_) => continue,
+            Ok(m) if m.file_type().is_symlink() => {}
+            Ok(m) if m.is_dir() => grant_complement(&path, hidden, rules),
+            Ok(_) => grant(&path, rules),
+            Err(_) => {}
         }
     }
-    Ok(())
 }
 
 /// `O_PATH | O_NOFOLLOW`: a descriptor naming `p` itself (never what a link
@@ -583,7 +580,7 @@ mod tests {
         std::os::unix::fs::symlink(base.join("a/secret"), base.join("a/link")).unwrap();
         let hidden = vec![base.join("a/secret")];
         let mut rules = Vec::new();
-        grant_complement(&base, &hidden, &mut rules).unwrap();
+        grant_complement(&base, &hidden, &mut rules);
         let granted: Vec<PathBuf> = rules
             .iter()
             .map(|(fd, _)| std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())).unwrap())
