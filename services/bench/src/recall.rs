@@ -240,9 +240,9 @@ pub async fn run(quick: bool) -> (Value, Value) {
     // The plan SQLite picks for the ledger's candidate query (diagnostic).
     let plan: Vec<String> = sqlx::query(
         "EXPLAIN QUERY PLAN SELECT m.id FROM memories_fts CROSS JOIN memories m ON m.id = memories_fts.rowid \
-         WHERE memories_fts MATCH $1 AND m.profile_id = $2 ORDER BY memories_fts.rank, m.id DESC LIMIT $3",
+         WHERE memories_fts MATCH $1 AND m.profile_id = $2 ORDER BY memories_fts.rowid DESC LIMIT $3",
     )
-    .bind("\"database\" OR \"migration\"")
+    .bind("\"database\" AND \"migration\"")
     .bind("default")
     .bind(50i64)
     .fetch_all(&store.db().pool)

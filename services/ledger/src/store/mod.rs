@@ -360,13 +360,58 @@ impl Store {
         Ok(stored)
     }
 
-    /// Full-text candidates for `terms` in relevance order, at most `pool`.
+    /// How many memories hold each of `terms` (all profiles, as the
+    /// full-text index counts them), each counted up to `cap`: a common
+    /// term costs at most `cap` index entries, not its whole posting list.
+    pub async fn term_frequencies(
+        &self,
+        terms: &[String],
+        cap: u32,
+    ) -> Result<Vec<u32>, LedgerError> {
+        if terms.is_empty() {
+            return Ok(Vec::new());
+        }
+        // `cap` is a number, so writing it into the text is safe.
+        let counts: Vec<String> = (1..=terms.len())
+            .map(|i| match self.db.backend {
+                Backend::Sqlite => format!(
+                    "(SELECT COUNT(*) FROM (SELECT 1 FROM memories_fts WHERE memories_fts MATCH ${i} LIMIT {cap}))"
+                ),
+                Backend::Postgres => format!(
+                    "(SELECT COUNT(*) FROM (SELECT 1 FROM memories m \
+                     WHERE m.content_tsv @@ to_tsquery('simple', ${i}) LIMIT {cap}) s{i})"
+                ),
+            })
+            .collect();
+        let mut q = sqlx::query(AssertSqlSafe(format!("SELECT {}", counts.join(", "))));
+        for t in terms {
+            q = q.bind(self.match_term(t));
+        }
+        let row = q.fetch_one(&self.db.pool).await?;
+        (0..terms.len())
+            .map(|i| Ok(row.try_get::<i64, _>(i)?.clamp(0, i64::from(cap)) as u32))
+            .collect()
+    }
+
+    /// One term as the full-text query syntax quotes it. Terms are letters
+    /// and digits only (domain::recall::tokens), so quoting them is enough
+    /// to keep the query syntax inert.
+    fn match_term(&self, term: &str) -> String {
+        match self.db.backend {
+            Backend::Sqlite => format!("\"{term}\""),
+            Backend::Postgres => format!("'{term}'"),
+        }
+    }
+
+    /// Full-text candidates holding any of `terms` (all of them when
+    /// `all`), newest first, at most `limit`.
     pub async fn recall_candidates(
         &self,
         profile: &str,
         terms: &[String],
+        all: bool,
         tag: Option<&str>,
-        pool: u32,
+        limit: u32,
         exclude_laps: bool,
     ) -> Result<Vec<StoredMemory>, LedgerError> {
         if terms.is_empty() {
@@ -376,48 +421,40 @@ impl Store {
         if tag.is_some() {
             tag_clause.push_str(" AND EXISTS (SELECT 1 FROM memory_tags t WHERE t.profile_id = m.profile_id AND t.tag = $4 AND t.memory_id = m.id)");
         }
-        // Lap rows repeat the watcher's query in their detail, so they rank
-        // high; left in the candidate pool they would crowd the locators out
-        // of it once a watcher has run enough laps.
+        // Lap rows repeat the watcher's query in their detail, so they match
+        // it well; left in the candidates they would crowd the locators out
+        // once a watcher has run enough laps.
         if exclude_laps {
             tag_clause
                 .push_str(" AND NOT EXISTS (SELECT 1 FROM loop_laps l WHERE l.memory_id = m.id)");
         }
-        // Terms are letters and digits only (domain::recall::tokens), so
-        // quoting them is enough to keep the query syntax inert. On SQLite
-        // the CROSS JOIN makes the full-text index drive the join: left to
-        // itself the planner walks every memory of the profile and probes
-        // the index once per row (minutes at 100k memories).
+        let quoted: Vec<String> = terms.iter().map(|t| self.match_term(t)).collect();
+        // On SQLite the CROSS JOIN makes the full-text index drive the join
+        // (left to itself the planner walks every memory of the profile and
+        // probes the index once per row), and ordering by the index's rowid
+        // lets it stop after `limit` rows instead of sorting every match.
         let (sql, query) = match self.db.backend {
             Backend::Sqlite => (
                 format!(
                     "SELECT {MEMORY_COLUMNS} FROM memories_fts CROSS JOIN memories m ON m.id = memories_fts.rowid \
                      WHERE memories_fts MATCH $1 AND m.profile_id = $2{tag_clause} \
-                     ORDER BY memories_fts.rank, m.id DESC LIMIT $3"
+                     ORDER BY memories_fts.rowid DESC LIMIT $3"
                 ),
-                terms
-                    .iter()
-                    .map(|t| format!("\"{t}\""))
-                    .collect::<Vec<_>>()
-                    .join(" OR "),
+                quoted.join(if all { " AND " } else { " OR " }),
             ),
             Backend::Postgres => (
                 format!(
                     "SELECT {MEMORY_COLUMNS} FROM memories m \
                      WHERE m.content_tsv @@ to_tsquery('simple', $1) AND m.profile_id = $2{tag_clause} \
-                     ORDER BY ts_rank(m.content_tsv, to_tsquery('simple', $1)) DESC, m.id DESC LIMIT $3"
+                     ORDER BY m.id DESC LIMIT $3"
                 ),
-                terms
-                    .iter()
-                    .map(|t| format!("'{t}'"))
-                    .collect::<Vec<_>>()
-                    .join(" | "),
+                quoted.join(if all { " & " } else { " | " }),
             ),
         };
         let mut q = sqlx::query(AssertSqlSafe(sql))
             .bind(query)
             .bind(profile)
-            .bind(i64::from(pool));
+            .bind(i64::from(limit));
         if let Some(t) = tag {
             q = q.bind(t);
         }
