@@ -136,13 +136,27 @@ impl ContainmentChoice {
     /// Reads [`CONTAINMENT_ENV`]. Unset or empty → `Auto`; an unknown value is
     /// logged and also gives `Auto` (the strongest available).
     pub fn from_env() -> ContainmentChoice {
-        match std::env::var(CONTAINMENT_ENV) {
-            Ok(v) if !v.trim().is_empty() => v.parse().unwrap_or_else(|err| {
-                tracing::warn!(%err, "ignoring {CONTAINMENT_ENV}; using auto");
-                ContainmentChoice::Auto
-            }),
-            _ => ContainmentChoice::Auto,
-        }
+        env_choice(
+            CONTAINMENT_ENV,
+            ContainmentChoice::Auto,
+            (ContainmentChoice::Auto, "auto"),
+        )
+    }
+}
+
+/// A choice read from the environment variable `name`: unset or empty gives
+/// `unset`; a value that does not parse is logged and gives `unknown.0`
+/// (described as `unknown.1`).
+pub(crate) fn env_choice<T: FromStr>(name: &str, unset: T, unknown: (T, &str)) -> T
+where
+    T::Err: fmt::Display,
+{
+    match std::env::var(name) {
+        Ok(v) if !v.trim().is_empty() => v.parse().unwrap_or_else(|err| {
+            tracing::warn!(%err, "ignoring {name}; using {}", unknown.1);
+            unknown.0
+        }),
+        _ => unset,
     }
 }
 

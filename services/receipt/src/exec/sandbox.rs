@@ -117,13 +117,11 @@ impl SandboxChoice {
     /// Reads [`SANDBOX_ENV`]. Unset or empty → `Auto`; an unknown value is
     /// logged and gives `Landlock` (the strict reading of a typo).
     pub fn from_env() -> SandboxChoice {
-        match std::env::var(SANDBOX_ENV) {
-            Ok(v) if !v.trim().is_empty() => v.parse().unwrap_or_else(|err| {
-                tracing::warn!(%err, "{SANDBOX_ENV}: requiring the Landlock sandbox");
-                SandboxChoice::Landlock
-            }),
-            _ => SandboxChoice::Auto,
-        }
+        super::env_choice(
+            SANDBOX_ENV,
+            SandboxChoice::Auto,
+            (SandboxChoice::Landlock, "the required Landlock sandbox"),
+        )
     }
 }
 
@@ -156,13 +154,11 @@ impl NetworkChoice {
     /// Reads [`NETWORK_ENV`]. Unset or empty → `On`; an unknown value is
     /// logged and gives `Off` (the strict reading of a typo).
     pub fn from_env() -> NetworkChoice {
-        match std::env::var(NETWORK_ENV) {
-            Ok(v) if !v.trim().is_empty() => v.parse().unwrap_or_else(|err| {
-                tracing::warn!(%err, "{NETWORK_ENV}: the check runs offline");
-                NetworkChoice::Off
-            }),
-            _ => NetworkChoice::On,
-        }
+        super::env_choice(
+            NETWORK_ENV,
+            NetworkChoice::On,
+            (NetworkChoice::Off, "offline"),
+        )
     }
 }
 
