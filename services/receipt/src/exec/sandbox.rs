@@ -234,8 +234,14 @@ pub fn landlock_abi() -> i32 {
 }
 
 /// Whether this process may create namespaces: as root (network namespace
-/// alone) or through an unprivileged user namespace.
+/// alone) or through an unprivileged user namespace. Probed once: it reads
+/// `/proc/sys` files, and runs ask for every offline check.
 fn namespaces() -> Offline {
+    static PROBED: std::sync::OnceLock<Offline> = std::sync::OnceLock::new();
+    *PROBED.get_or_init(probe_namespaces)
+}
+
+fn probe_namespaces() -> Offline {
     if rustix::process::geteuid().is_root() {
         return Offline::NetNs;
     }
@@ -262,10 +268,12 @@ pub fn planned(policy: &FsPolicy) -> Sandbox {
         (SandboxChoice::Off, _) | (_, 0) => None,
         (_, v) => Some(v),
     };
-    let offline = match (policy.network, namespaces()) {
-        (NetworkChoice::On, _) => Offline::No,
-        (NetworkChoice::Off, Offline::No) if landlock_abi() >= 4 => Offline::NoTcp,
-        (NetworkChoice::Off, ns) => ns,
+    let offline = match policy.network {
+        NetworkChoice::On => Offline::No,
+        NetworkChoice::Off => match namespaces() {
+            Offline::No if landlock_abi() >= 4 => Offline::NoTcp,
+            ns => ns,
+        },
     };
     Sandbox { landlock, offline }
 }
