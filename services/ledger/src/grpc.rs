@@ -282,70 +282,11 @@ impl Ledger for LedgerService {
         let tag = Some(r.tag.trim()).filter(|t| !t.is_empty());
         let limit = recall::clamp_limit(r.limit);
         let floor = recall::floor(r.evidence_floor);
-        let terms = recall::query_terms(query);
-        let pool = recall::candidate_pool(limit) as usize;
-        let dfs = self
+        let (kept, no_confident_match) = self
             .store
-            .term_frequencies(&terms, recall::DF_CAP)
+            .recall(&profile, query, tag, limit, floor, r.exclude_loop_rows)
             .await
             .map_err(status)?;
-        let plan = recall::plan(&terms, &dfs);
-        let mut found = recall::Candidates::new(&terms, r.exclude_loop_rows);
-        if !plan.rare.is_empty() {
-            let rows = self
-                .store
-                .recall_candidates(
-                    &profile,
-                    &plan.rare,
-                    false,
-                    tag,
-                    recall::RARE_BUDGET,
-                    r.exclude_loop_rows,
-                )
-                .await
-                .map_err(status)?;
-            found.add(rows);
-        }
-        let mut previous_full = false;
-        for probe in plan.probes() {
-            // The `limit` best already hold as many terms as what is left
-            // to find is sure to: it can at best tie with them. Stop.
-            if found.kth_best_hits(limit) >= probe.reach {
-                break;
-            }
-            if probe.only_if_previous_full && !previous_full {
-                continue;
-            }
-            let rows = self
-                .store
-                .recall_candidates(
-                    &profile,
-                    probe.terms,
-                    probe.all,
-                    tag,
-                    pool as u32,
-                    r.exclude_loop_rows,
-                )
-                .await
-                .map_err(status)?;
-            previous_full = rows.len() >= pool;
-            found.add(rows);
-        }
-        let candidates = found.list;
-        let weights = recall::weights(&dfs);
-        let mean_len =
-            candidates.iter().map(|c| f64::from(c.2)).sum::<f64>() / candidates.len().max(1) as f64;
-        let mut scored: Vec<(StoredMemory, f64, f64)> = candidates
-            .into_iter()
-            .map(|(m, counts, len)| {
-                let rel = recall::relevance(&counts, len, &weights, mean_len);
-                (m, recall::coverage_of(&counts), rel)
-            })
-            .collect();
-        // Tie-break order for equal scores: relevance, then newest first.
-        scored.sort_by(|a, b| b.2.total_cmp(&a.2).then(b.0.id.cmp(&a.0.id)));
-        let scored = scored.into_iter().map(|(m, s, _)| (m, s)).collect();
-        let (kept, no_confident_match) = recall::rank(scored, limit, floor);
         Ok(Response::new(pb::RecallResponse {
             results: kept
                 .into_iter()

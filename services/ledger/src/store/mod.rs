@@ -11,6 +11,8 @@ use slm_runtime::{Backend, Db};
 
 use crate::domain::{LapRecord, LedgerError, NewMemory, StoredMemory};
 
+mod recall;
+
 pub static MIGRATIONS: MigrationSet = MigrationSet {
     service: "ledger",
     sqlite: &[Step {
