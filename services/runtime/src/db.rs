@@ -13,6 +13,37 @@ pub enum Backend {
     Postgres,
 }
 
+impl Backend {
+    /// The `VALUES` list of a multi-row insert: `rows` tuples of `cols`
+    /// parameters, bound in row order. SQLite gets anonymous `?`: sqlx looks
+    /// up every numbered parameter's name, and SQLite finds a name by a
+    /// linear scan, so `$N` costs O(n²) in the parameter count (43 % of a
+    /// 200-lap batch's time went there). PostgreSQL needs `$N`.
+    pub fn values_list(self, rows: usize, cols: usize) -> String {
+        let mut out = String::with_capacity(rows * (cols * 6 + 4));
+        for r in 0..rows {
+            if r > 0 {
+                out.push_str(", ");
+            }
+            out.push('(');
+            for c in 0..cols {
+                if c > 0 {
+                    out.push_str(", ");
+                }
+                match self {
+                    Backend::Sqlite => out.push('?'),
+                    Backend::Postgres => {
+                        use std::fmt::Write;
+                        let _ = write!(out, "${}", r * cols + c + 1);
+                    }
+                }
+            }
+            out.push(')');
+        }
+        out
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum DbError {
     #[error("unsupported database URL {0:?}: use sqlite://PATH or postgres://…")]
@@ -281,4 +312,19 @@ fn ensure_parent_dir(url: &str) -> Result<(), DbError> {
             .map_err(|e| DbError::Dir(parent.display().to_string(), e))?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Backend;
+
+    #[test]
+    fn values_lists_bind_in_row_order() {
+        assert_eq!(Backend::Sqlite.values_list(2, 3), "(?, ?, ?), (?, ?, ?)");
+        assert_eq!(
+            Backend::Postgres.values_list(2, 3),
+            "($1, $2, $3), ($4, $5, $6)"
+        );
+        assert_eq!(Backend::Postgres.values_list(1, 1), "($1)");
+    }
 }

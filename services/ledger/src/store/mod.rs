@@ -150,29 +150,14 @@ fn summarise_runs<'a>(laps: &'a [NewLap], stored: &[StoredMemory]) -> Vec<RunDel
 /// backends, so the returned ids, sorted, match the rows in order.
 async fn insert_memory_rows(
     conn: &mut AnyConnection,
+    backend: Backend,
     ms: &[&NewMemory],
     created_at: &str,
 ) -> Result<Vec<StoredMemory>, LedgerError> {
-    let values: Vec<String> = (0..ms.len())
-        .map(|i| {
-            let b = i * 8;
-            format!(
-                "(${}, ${}, ${}, ${}, ${}, ${}, ${}, ${})",
-                b + 1,
-                b + 2,
-                b + 3,
-                b + 4,
-                b + 5,
-                b + 6,
-                b + 7,
-                b + 8
-            )
-        })
-        .collect();
     let sql = format!(
         "INSERT INTO memories (profile_id, content, session_id, agent_id, importance, metadata, tags, created_at) \
          VALUES {} RETURNING id",
-        values.join(", ")
+        backend.values_list(ms.len(), 8)
     );
     let mut q = sqlx::query_scalar::<_, i64>(AssertSqlSafe(sql));
     for m in ms {
@@ -211,6 +196,7 @@ async fn insert_memory_rows(
 /// The tags of several memories in one statement.
 async fn insert_tags<'a>(
     conn: &mut AnyConnection,
+    backend: Backend,
     memories: impl Iterator<Item = (&'a NewMemory, i64)>,
 ) -> Result<(), LedgerError> {
     let rows: Vec<(&str, i64, &str)> = memories
@@ -223,12 +209,9 @@ async fn insert_tags<'a>(
     if rows.is_empty() {
         return Ok(());
     }
-    let values: Vec<String> = (0..rows.len())
-        .map(|i| format!("(${}, ${}, ${})", i * 3 + 1, i * 3 + 2, i * 3 + 3))
-        .collect();
     let sql = format!(
         "INSERT INTO memory_tags (profile_id, memory_id, tag) VALUES {}",
-        values.join(", ")
+        backend.values_list(rows.len(), 3)
     );
     let mut q = sqlx::query(AssertSqlSafe(sql));
     for (p, id, t) in rows {
@@ -262,10 +245,10 @@ impl Store {
         created_at: &str,
     ) -> Result<StoredMemory, LedgerError> {
         let mut tx = self.db.pool.begin().await?;
-        let stored = insert_memory_rows(&mut tx, &[m], created_at)
+        let stored = insert_memory_rows(&mut tx, self.db.backend, &[m], created_at)
             .await?
             .remove(0);
-        insert_tags(&mut tx, std::iter::once((m, stored.id))).await?;
+        insert_tags(&mut tx, self.db.backend, std::iter::once((m, stored.id))).await?;
         tx.commit().await?;
         Ok(stored)
     }
@@ -280,8 +263,13 @@ impl Store {
         // Keep each statement well under SQLite's bound-parameter limit.
         for chunk in ms.chunks(500) {
             let refs: Vec<&NewMemory> = chunk.iter().collect();
-            let stored = insert_memory_rows(&mut tx, &refs, created_at).await?;
-            insert_tags(&mut tx, chunk.iter().zip(stored.iter().map(|m| m.id))).await?;
+            let stored = insert_memory_rows(&mut tx, self.db.backend, &refs, created_at).await?;
+            insert_tags(
+                &mut tx,
+                self.db.backend,
+                chunk.iter().zip(stored.iter().map(|m| m.id)),
+            )
+            .await?;
         }
         tx.commit().await?;
         Ok(ms.len())
@@ -300,29 +288,18 @@ impl Store {
         }
         let mut tx = self.db.pool.begin().await?;
         let memories: Vec<&NewMemory> = laps.iter().map(|l| &l.memory).collect();
-        let stored = insert_memory_rows(&mut tx, &memories, created_at).await?;
+        let stored = insert_memory_rows(&mut tx, self.db.backend, &memories, created_at).await?;
         insert_tags(
             &mut tx,
+            self.db.backend,
             laps.iter()
                 .map(|l| &l.memory)
                 .zip(stored.iter().map(|m| m.id)),
         )
         .await?;
-        let values: Vec<String> = (0..laps.len())
-            .map(|i| {
-                format!(
-                    "(${}, ${}, ${}, ${}, ${})",
-                    i * 5 + 1,
-                    i * 5 + 2,
-                    i * 5 + 3,
-                    i * 5 + 4,
-                    i * 5 + 5
-                )
-            })
-            .collect();
         let sql = format!(
             "INSERT INTO loop_laps (memory_id, profile_id, run_id, loop_name, lap) VALUES {}",
-            values.join(", ")
+            self.db.backend.values_list(laps.len(), 5)
         );
         let mut q = sqlx::query(AssertSqlSafe(sql));
         for (l, m) in laps.iter().zip(&stored) {
