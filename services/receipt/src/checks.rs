@@ -17,6 +17,7 @@ use crate::domain::job::{self, FileRecord, Job};
 use crate::domain::{command, msg, selectors};
 use crate::exec::{self, CheckSpec, ContainmentChoice};
 use crate::fsys::select::expand;
+use crate::fsys::stamp::Stamp;
 use crate::fsys::tree::{self, Dir};
 use crate::fsys::{keys, scratch};
 use crate::store::{Store, StoreError};
@@ -425,6 +426,25 @@ fn live_revision(job: &Job) -> Result<String, String> {
     Ok(job::revision_digest(&tree::hash_files(&root, &files)?))
 }
 
+/// [`live_revision`] after a run: the same selection, but a file that
+/// provably did not change since it was copied keeps its hash (see
+/// [`crate::fsys::stamp`]); anything else is hashed again.
+fn live_revision_since(job: &Job, staged: &Staged) -> Result<String, String> {
+    let root = Dir::open(Path::new(&job.cwd)).map_err(|_| msg::INPUT_IO.to_string())?;
+    let files = expand(root.path(), &job.artifact_paths)?;
+    if files != staged.artifact_files {
+        return Ok(job::revision_digest(&tree::hash_files(&root, &files)?));
+    }
+    let earlier: Vec<(&FileRecord, Option<Stamp>)> = staged
+        .candidate
+        .iter()
+        .zip(staged.stamps.iter().copied())
+        .collect();
+    Ok(job::revision_digest(&tree::rehash_changed(
+        &root, &earlier,
+    )?))
+}
+
 /// Validation and pinning of a registration (blocking filesystem work).
 fn prepare(r: Registration, data_root: &Path) -> Result<Job, CheckError> {
     job::validate_identity(&[&r.profile_id, &r.task_id, &r.watcher_name, &r.producer])
@@ -579,6 +599,8 @@ struct Staged {
     env: Vec<(String, String)>,
     artifact_files: Vec<String>,
     candidate: Vec<FileRecord>,
+    /// The live sources as they were before they were copied.
+    stamps: Vec<Option<Stamp>>,
     revision_digest: String,
 }
 
@@ -637,7 +659,11 @@ fn stage(
         "copying {} declared artifact(s)",
         artifact_files.len()
     ));
-    let candidate = tree::copy_files(&project, &artifact_files, &run).map_err(refused)?;
+    let (candidate, stamps): (Vec<FileRecord>, Vec<Option<Stamp>>) =
+        tree::copy_files_stamped(&project, &artifact_files, &run)
+            .map_err(refused)?
+            .into_iter()
+            .unzip();
     let revision_digest = job::revision_digest(&candidate);
     let argv = command::rebase(&job.argv, &cwd, run_dir.path()).map_err(refused)?;
 
@@ -669,13 +695,14 @@ fn stage(
         env,
         artifact_files,
         candidate,
+        stamps,
         revision_digest,
     })
 }
 
 /// RECEIPT-32: nothing the receipt certifies changed while the check ran.
 fn validate_after(job: &Job, _data_root: &Path, staged: Staged) -> Result<Staged, CheckError> {
-    let live = live_revision(job).map_err(|_| refused(msg::ARTIFACTS_CHANGED))?;
+    let live = live_revision_since(job, &staged).map_err(|_| refused(msg::ARTIFACTS_CHANGED))?;
     if live != staged.revision_digest {
         return Err(refused(msg::ARTIFACTS_CHANGED));
     }

@@ -870,6 +870,25 @@ async fn writes_outside_the_private_copy(backend: &str) {
             format!("printf tampered >> {}/src/app.txt\n", project.display()),
             msg::ARTIFACTS_CHANGED,
         ),
+        // The same, keeping the size: rewritten in place, then through a
+        // shared mapping (the post-run comparison may skip re-reading a
+        // file only when its times prove it unchanged; these must not).
+        (
+            "live-same-size",
+            format!(
+                "printf 'version 2\\n' > {}/src/app.txt\n",
+                project.display()
+            ),
+            msg::ARTIFACTS_CHANGED,
+        ),
+        (
+            "live-mmap",
+            format!(
+                "python3 -c \"import mmap; f = open('{}/src/app.txt', 'r+b'); m = mmap.mmap(f.fileno(), 0); m[0:7] = b'VERSION'; m.flush()\"\n",
+                project.display()
+            ),
+            msg::ARTIFACTS_CHANGED,
+        ),
         // RECEIPT-32.4: the check edits or deletes its copied inputs.
         (
             "copy",
@@ -897,6 +916,9 @@ async fn writes_outside_the_private_copy(backend: &str) {
     for (watcher, script, refusal) in cases {
         write(&project, "src/app.txt", "version 1\n");
         write(&project, "check.sh", &script);
+        // Older than the clock tick the copy starts in, so its stamp is
+        // trusted and the post-run comparison relies on it.
+        tokio::time::sleep(Duration::from_millis(30)).await;
         let job = e
             .register(e.registration(watcher, &["sh", "check.sh"]))
             .await;

@@ -5,4 +5,5 @@
 pub mod keys;
 pub mod scratch;
 pub mod select;
+pub mod stamp;
 pub mod tree;

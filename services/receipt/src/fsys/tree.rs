@@ -17,6 +17,7 @@ use sha2::{Digest, Sha256};
 use crate::domain::canon::hex;
 use crate::domain::job::FileRecord;
 use crate::domain::msg;
+use crate::fsys::stamp::{self, Stamp};
 
 const RESOLVE: ResolveFlags = ResolveFlags::BENEATH
     .union(ResolveFlags::NO_SYMLINKS)
@@ -213,14 +214,51 @@ pub fn hash_files(root: &Dir, files: &[String]) -> Result<Vec<FileRecord>, Strin
 
 /// Copies files into `dst`, hashing exactly the bytes written (RECEIPT-14).
 pub fn copy_files(src: &Dir, files: &[String], dst: &Dir) -> Result<Vec<FileRecord>, String> {
+    let copied = copy_files_stamped(src, files, dst)?;
+    Ok(copied.into_iter().map(|(r, _)| r).collect())
+}
+
+/// [`copy_files`], also stamping each source as it was before it was read,
+/// so [`rehash_changed`] can later skip the files that provably did not
+/// change.
+pub fn copy_files_stamped(
+    src: &Dir,
+    files: &[String],
+    dst: &Dir,
+) -> Result<Vec<(FileRecord, Option<Stamp>)>, String> {
     par_map(files, |rel, buf| {
+        let tick = stamp::coarse_now();
         let f = src.open_regular(rel)?;
+        let before = Stamp::of(&f, tick);
         let mut out = dst
             .create_file(rel)
             .map_err(|_| msg::INPUT_IO.to_string())?;
         let sha256 = hash_reader(f, Some(&mut out), buf).map_err(|_| msg::INPUT_IO.to_string())?;
+        Ok((
+            FileRecord {
+                path: rel.clone(),
+                sha256,
+            },
+            before,
+        ))
+    })
+}
+
+/// The records of `earlier`'s files as they are now below `root`: a file
+/// that still carries its stamp keeps its recorded hash, every other one is
+/// hashed again.
+pub fn rehash_changed(
+    root: &Dir,
+    earlier: &[(&FileRecord, Option<Stamp>)],
+) -> Result<Vec<FileRecord>, String> {
+    par_map(earlier, |(record, stamp), buf| {
+        let f = root.open_regular(&record.path)?;
+        if stamp.is_some_and(|s| s.matches(&f)) {
+            return Ok((*record).clone());
+        }
+        let sha256 = hash_reader(f, None, buf).map_err(|_| msg::INPUT_IO.to_string())?;
         Ok(FileRecord {
-            path: rel.clone(),
+            path: record.path.clone(),
             sha256,
         })
     })
@@ -300,5 +338,36 @@ mod tests {
         );
         // Exclusive: copying again onto existing files fails.
         assert_eq!(copy_files(&s, &files, &d).unwrap_err(), msg::INPUT_IO);
+    }
+
+    #[test]
+    fn rehash_changed_matches_a_full_hash_after_edits() {
+        let src = tempfile::tempdir().unwrap();
+        let dst = tempfile::tempdir().unwrap();
+        let files: Vec<String> = (0..40).map(|i| format!("d{}/f{i}.txt", i % 3)).collect();
+        for f in &files {
+            let p = src.path().join(f);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(&p, format!("content of {f}")).unwrap();
+        }
+        // Let the clock tick past the files' ctime, so stamps are given
+        // where the file system supports them.
+        std::thread::sleep(std::time::Duration::from_millis(30));
+        let s = Dir::open(src.path()).unwrap();
+        let d = Dir::open(dst.path()).unwrap();
+        let copied = copy_files_stamped(&s, &files, &d).unwrap();
+        // Same size, new bytes; and a file replaced by a new one.
+        std::fs::write(src.path().join(&files[3]), "CONTENT OF d0/f3.txt").unwrap();
+        std::fs::remove_file(src.path().join(&files[7])).unwrap();
+        std::fs::write(src.path().join(&files[7]), "content of d1/f7.txt").unwrap();
+        std::fs::write(src.path().join(&files[8]), "content of d2/f8.tx!").unwrap();
+        let earlier: Vec<(&FileRecord, Option<Stamp>)> =
+            copied.iter().map(|(r, st)| (r, *st)).collect();
+        let now = rehash_changed(&s, &earlier).unwrap();
+        assert_eq!(now, hash_files(&s, &files).unwrap());
+        assert_ne!(now[3], copied[3].0);
+        assert_ne!(now[8], copied[8].0);
+        // Removed and written back with the same bytes: same hash.
+        assert_eq!(now[7], copied[7].0);
     }
 }
