@@ -22,7 +22,10 @@ use crate::fsys::stamp::{self, Stamp};
 const RESOLVE: ResolveFlags = ResolveFlags::BENEATH
     .union(ResolveFlags::NO_SYMLINKS)
     .union(ResolveFlags::NO_MAGICLINKS);
-const CHUNK: usize = 1 << 20;
+/// Read, write and hash go through one buffer that stays in the CPU's L2
+/// cache: with 1 MiB each pass went out to memory (200 MB check: copy
+/// 158 → 121 ms, validation 125 → 103 ms with 128 KiB; 64 KiB was no better).
+const CHUNK: usize = 1 << 17;
 
 /// Whether this host has safe no-follow directory-relative opens (RECEIPT-08).
 pub fn platform_supported() -> bool {
