@@ -76,16 +76,21 @@ impl LedgerService {
         self.events.publish(m.id, m.clone());
     }
 
-    async fn store_laps(&self, laps: &[NewLap]) -> Result<Vec<StoredMemory>, Status> {
+    /// Stores laps in one transaction and announces them; their memory ids.
+    async fn store_laps(&self, laps: &[NewLap]) -> Result<Vec<i64>, Status> {
         let stored = self
             .store
             .append_laps(laps, &now_iso())
             .await
             .map_err(status)?;
-        for m in &stored {
-            self.publish(m);
-        }
-        Ok(stored)
+        Ok(stored
+            .into_iter()
+            .map(|m| {
+                let id = m.id;
+                self.events.publish(id, m);
+                id
+            })
+            .collect())
     }
 
     async fn read_profile(&self, raw: &str) -> Result<String, LedgerError> {
@@ -326,10 +331,8 @@ impl Ledger for LedgerService {
         req: Request<pb::AppendLapRequest>,
     ) -> Result<Response<pb::AppendLapResponse>, Status> {
         let lap = new_lap(req.into_inner())?;
-        let stored = self.store_laps(&[lap]).await?;
-        Ok(Response::new(pb::AppendLapResponse {
-            memory_id: stored[0].id,
-        }))
+        let ids = self.store_laps(&[lap]).await?;
+        Ok(Response::new(pb::AppendLapResponse { memory_id: ids[0] }))
     }
 
     async fn append_laps(
@@ -344,29 +347,31 @@ impl Ledger for LedgerService {
         }
         // Invalid laps are refused one by one; the valid ones share one
         // transaction, whose failure is every one of its laps' error.
-        let checked: Vec<Result<NewLap, Status>> = laps.into_iter().map(new_lap).collect();
-        let valid: Vec<NewLap> = checked
-            .iter()
-            .filter_map(|c| c.as_ref().ok().cloned())
+        let mut valid: Vec<NewLap> = Vec::with_capacity(laps.len());
+        let refused: Vec<Option<Status>> = laps
+            .into_iter()
+            .map(|l| match new_lap(l) {
+                Ok(lap) => {
+                    valid.push(lap);
+                    None
+                }
+                Err(e) => Some(e),
+            })
             .collect();
         let stored = self.store_laps(&valid).await;
         let mut ids = match &stored {
-            Ok(s) => s.iter().map(|m| m.id).collect::<Vec<_>>().into_iter(),
-            Err(_) => Vec::new().into_iter(),
+            Ok(ids) => ids.iter(),
+            Err(_) => [].iter(),
         };
-        let results = checked
+        let results = refused
             .iter()
-            .map(|c| match (c, &stored) {
-                (Err(e), _) => pb::AppendLapResult {
+            .map(|r| match (r, &stored) {
+                (Some(e), _) | (None, Err(e)) => pb::AppendLapResult {
                     memory_id: 0,
                     error: e.message().to_string(),
                 },
-                (Ok(_), Err(e)) => pb::AppendLapResult {
-                    memory_id: 0,
-                    error: e.message().to_string(),
-                },
-                (Ok(_), Ok(_)) => pb::AppendLapResult {
-                    memory_id: ids.next().unwrap_or(0),
+                (None, Ok(_)) => pb::AppendLapResult {
+                    memory_id: ids.next().copied().unwrap_or(0),
                     error: String::new(),
                 },
             })

@@ -3,7 +3,7 @@
 //! and metadata so ordinary recall and tag search find it.
 
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 
 pub const DECISIONS: [&str; 6] = ["continue", "done", "halt", "pause", "killed", "error"];
 /// Lap memories rank below ordinary memories (default 5).
@@ -119,24 +119,57 @@ impl LapRecord {
 
     /// Memory metadata of a lap (spec LEDGER-04).
     pub fn metadata(&self) -> String {
-        json!({
-            "integration": "slm-loop",
-            "loop_name": self.name,
-            "loop_run_id": self.run_id,
-            "loop_lap": self.lap,
-            "loop_decision": self.decision,
-            "tags": self.tags(),
-            "importance": LAP_IMPORTANCE,
-            "project_name": "slm-loop",
-            "index_external": false,
+        // Fields in key order: the same text the `json!` object (a sorted
+        // map) gave, without building the map for every lap.
+        #[derive(Serialize)]
+        struct LapMetadata<'a> {
+            importance: i32,
+            index_external: bool,
+            integration: &'static str,
+            loop_decision: &'a str,
+            loop_lap: u32,
+            loop_name: &'a str,
+            loop_run_id: &'a str,
+            project_name: &'static str,
+            tags: Vec<String>,
+        }
+        serde_json::to_string(&LapMetadata {
+            importance: LAP_IMPORTANCE,
+            index_external: false,
+            integration: "slm-loop",
+            loop_decision: &self.decision,
+            loop_lap: self.lap,
+            loop_name: &self.name,
+            loop_run_id: &self.run_id,
+            project_name: "slm-loop",
+            tags: self.tags(),
         })
-        .to_string()
+        .expect("lap metadata always serialises")
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The metadata text is the sorted-key object LEDGER-04 lists.
+    #[test]
+    fn metadata_is_the_sorted_object() {
+        let r = row();
+        let expected = serde_json::json!({
+            "integration": "slm-loop",
+            "loop_name": r.name,
+            "loop_run_id": r.run_id,
+            "loop_lap": r.lap,
+            "loop_decision": r.decision,
+            "tags": r.tags(),
+            "importance": LAP_IMPORTANCE,
+            "project_name": "slm-loop",
+            "index_external": false,
+        })
+        .to_string();
+        assert_eq!(r.metadata(), expected);
+    }
 
     fn row() -> LapRecord {
         LapRecord {

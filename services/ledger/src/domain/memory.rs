@@ -1,7 +1,5 @@
 //! What a memory is and what the service accepts.
 
-use serde_json::Value;
-
 pub const DEFAULT_PROFILE: &str = "default";
 pub const DEFAULT_IMPORTANCE: i32 = 5;
 pub const MAX_CONTENT_BYTES: usize = 1 << 20;
@@ -145,9 +143,12 @@ impl NewMemory {
                 "metadata must be at most {MAX_METADATA_BYTES} bytes"
             )));
         }
-        match serde_json::from_str::<Value>(&self.metadata) {
-            Ok(Value::Object(_)) => {}
-            _ => return Err(invalid("metadata must be a JSON object")),
+        // Valid JSON that starts with `{` is an object; checked without
+        // building it.
+        if !self.metadata.trim_start().starts_with('{')
+            || serde_json::from_str::<serde::de::IgnoredAny>(&self.metadata).is_err()
+        {
+            return Err(invalid("metadata must be a JSON object"));
         }
         no_nul("metadata", &self.metadata)?;
         Ok(self)
@@ -192,14 +193,20 @@ mod tests {
     fn bad_input_is_refused_with_a_reason() {
         assert!(mem("  ").validated().is_err());
         assert!(mem("a\0b").validated().is_err());
+        for bad in ["[1]", "{", "{} {}", "{\"a\": }", "\"{}\"", "1"] {
+            let mut m = mem("x");
+            m.metadata = bad.into();
+            assert!(
+                m.validated()
+                    .unwrap_err()
+                    .to_string()
+                    .contains("JSON object"),
+                "{bad}"
+            );
+        }
         let mut m = mem("x");
-        m.metadata = "[1]".into();
-        assert!(
-            m.validated()
-                .unwrap_err()
-                .to_string()
-                .contains("JSON object")
-        );
+        m.metadata = " {\"a\": [1, {\"b\": null}]}".into();
+        assert!(m.validated().is_ok());
         let mut m = mem("x");
         m.importance = 11;
         assert!(m.validated().is_err());
