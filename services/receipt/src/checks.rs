@@ -277,11 +277,12 @@ impl Checks {
         let staged = tokio::task::spawn_blocking(move || stage(&job2, &data_root, &*p2))
             .await
             .map_err(|e| CheckError::Internal(e.to_string()))??;
+        let policy = self.policy(&job);
         progress(format!(
             "running {} (containment: {}, sandbox: {}, timeout {:.1} s)",
             staged.argv.first().map(String::as_str).unwrap_or(""),
             self.containment_name(),
-            exec::sandbox::planned(&self.policy(&job)),
+            exec::sandbox::planned(&policy),
             timeout.as_secs_f64()
         ));
         let key_before = keys::admission_key(&self.data_root, false).map_err(refused)?;
@@ -291,7 +292,7 @@ impl Checks {
             env: staged.env.clone(),
             timeout,
             containment: self.containment,
-            sandbox: self.policy(&job),
+            sandbox: policy,
         })
         .await;
         progress(format!(

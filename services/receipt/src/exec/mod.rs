@@ -288,7 +288,13 @@ async fn run(spec: CheckSpec, mut mode: Mode) -> Execution {
         }
         return failed(started);
     };
-    let prepared = match sandbox::prepare(&spec.sandbox, &spec.cwd) {
+    // Building the ruleset lists directories and opens dozens of paths:
+    // blocking work, kept off the async workers the watchers run on.
+    let (policy, cwd) = (spec.sandbox.clone(), spec.cwd.clone());
+    let prepared = tokio::task::spawn_blocking(move || sandbox::prepare(&policy, &cwd))
+        .await
+        .unwrap_or_else(|e| Err(sandbox::SandboxError::Build(e.to_string())));
+    let prepared = match prepared {
         Ok(p) => p,
         Err(err) => {
             tracing::warn!(%err, "check not started");
