@@ -420,10 +420,16 @@ impl GateWorld for Checks {
     }
 }
 
-/// The declared artifacts as they are now in the project, hashed in place.
-fn live_revision(job: &Job) -> Result<String, String> {
+/// The project folder and its declared artifacts as they are now.
+fn live_selection(job: &Job) -> Result<(Dir, Vec<String>), String> {
     let root = Dir::open(Path::new(&job.cwd)).map_err(|_| msg::INPUT_IO.to_string())?;
     let files = expand(root.path(), &job.artifact_paths)?;
+    Ok((root, files))
+}
+
+/// The declared artifacts as they are now in the project, hashed in place.
+fn live_revision(job: &Job) -> Result<String, String> {
+    let (root, files) = live_selection(job)?;
     Ok(job::revision_digest(&tree::hash_files(&root, &files)?))
 }
 
@@ -431,8 +437,7 @@ fn live_revision(job: &Job) -> Result<String, String> {
 /// provably did not change since it was copied keeps its hash (see
 /// [`crate::fsys::stamp`]); anything else is hashed again.
 fn live_revision_since(job: &Job, staged: &Staged) -> Result<String, String> {
-    let root = Dir::open(Path::new(&job.cwd)).map_err(|_| msg::INPUT_IO.to_string())?;
-    let files = expand(root.path(), &job.artifact_paths)?;
+    let (root, files) = live_selection(job)?;
     if files != staged.artifact_files {
         return Ok(job::revision_digest(&tree::hash_files(&root, &files)?));
     }

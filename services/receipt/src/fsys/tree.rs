@@ -203,22 +203,41 @@ fn par_map<T: Sync, R: Send>(
     })
 }
 
+/// The record of `rel`, read from the open `f` (and written to `sink`).
+fn record(
+    rel: &str,
+    f: File,
+    sink: Option<&mut File>,
+    buf: &mut Vec<u8>,
+) -> Result<FileRecord, String> {
+    let sha256 = hash_reader(f, sink, buf).map_err(|_| msg::INPUT_IO.to_string())?;
+    Ok(FileRecord {
+        path: rel.to_string(),
+        sha256,
+    })
+}
+
+/// Copies `rel` from the open `f` into `dst`, hashing exactly the bytes
+/// written.
+fn copy_one(rel: &str, f: File, dst: &Dir, buf: &mut Vec<u8>) -> Result<FileRecord, String> {
+    let mut out = dst
+        .create_file(rel)
+        .map_err(|_| msg::INPUT_IO.to_string())?;
+    record(rel, f, Some(&mut out), buf)
+}
+
 /// Hashes files in place (no copy), in parallel.
 pub fn hash_files(root: &Dir, files: &[String]) -> Result<Vec<FileRecord>, String> {
     par_map(files, |rel, buf| {
-        let f = root.open_regular(rel)?;
-        let sha256 = hash_reader(f, None, buf).map_err(|_| msg::INPUT_IO.to_string())?;
-        Ok(FileRecord {
-            path: rel.clone(),
-            sha256,
-        })
+        record(rel, root.open_regular(rel)?, None, buf)
     })
 }
 
 /// Copies files into `dst`, hashing exactly the bytes written (RECEIPT-14).
 pub fn copy_files(src: &Dir, files: &[String], dst: &Dir) -> Result<Vec<FileRecord>, String> {
-    let copied = copy_files_stamped(src, files, dst)?;
-    Ok(copied.into_iter().map(|(r, _)| r).collect())
+    par_map(files, |rel, buf| {
+        copy_one(rel, src.open_regular(rel)?, dst, buf)
+    })
 }
 
 /// [`copy_files`], also stamping each source as it was before it was read,
@@ -233,17 +252,7 @@ pub fn copy_files_stamped(
         let tick = stamp::coarse_now();
         let f = src.open_regular(rel)?;
         let before = Stamp::of(&f, tick);
-        let mut out = dst
-            .create_file(rel)
-            .map_err(|_| msg::INPUT_IO.to_string())?;
-        let sha256 = hash_reader(f, Some(&mut out), buf).map_err(|_| msg::INPUT_IO.to_string())?;
-        Ok((
-            FileRecord {
-                path: rel.clone(),
-                sha256,
-            },
-            before,
-        ))
+        Ok((copy_one(rel, f, dst, buf)?, before))
     })
 }
 
@@ -254,16 +263,12 @@ pub fn rehash_changed(
     root: &Dir,
     earlier: &[(&FileRecord, Option<Stamp>)],
 ) -> Result<Vec<FileRecord>, String> {
-    par_map(earlier, |(record, stamp), buf| {
-        let f = root.open_regular(&record.path)?;
+    par_map(earlier, |(prior, stamp), buf| {
+        let f = root.open_regular(&prior.path)?;
         if stamp.is_some_and(|s| s.matches(&f)) {
-            return Ok((*record).clone());
+            return Ok((*prior).clone());
         }
-        let sha256 = hash_reader(f, None, buf).map_err(|_| msg::INPUT_IO.to_string())?;
-        Ok(FileRecord {
-            path: record.path.clone(),
-            sha256,
-        })
+        record(&prior.path, f, None, buf)
     })
 }
 
