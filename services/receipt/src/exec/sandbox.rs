@@ -292,6 +292,17 @@ pub(crate) struct ChildPlan {
 }
 
 impl ChildPlan {
+    /// Offline in a user namespace of its own, mapping only our ids.
+    #[cfg(test)]
+    pub fn user_netns(uid: u32, gid: u32) -> ChildPlan {
+        ChildPlan {
+            ruleset: -1,
+            offline: Offline::UserNetNs,
+            uid_map: id_map(uid),
+            gid_map: id_map(gid),
+        }
+    }
+
     /// No sandbox at all.
     #[cfg(test)]
     pub const NOTHING: ChildPlan = ChildPlan {
