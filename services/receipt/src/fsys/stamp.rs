@@ -21,7 +21,7 @@
 
 use std::fs::File;
 
-use rustix::fs::{fstat, fstatfs};
+use rustix::fs::{Stat, fstatfs};
 
 /// File systems that update ctime on every change, shared mappings included.
 const EXT4_MAGIC: i64 = 0xEF53;
@@ -65,27 +65,28 @@ fn of_stat(st: &rustix::fs::Stat) -> Stamp {
 }
 
 impl Stamp {
-    /// The stamp of `file`, or `None` where it would not prove anything.
-    /// `tick` is [`coarse_now`] read before this call.
+    /// The stamp of `file`, whose `fstat` is `st`, or `None` where it would
+    /// not prove anything. `tick` is [`coarse_now`] read before that `fstat`.
     #[allow(clippy::unnecessary_cast)]
-    pub fn of(file: &File, tick: (i64, i64)) -> Option<Stamp> {
+    pub fn of(file: &File, st: &Stat, tick: (i64, i64)) -> Option<Stamp> {
         let fs = fstatfs(file).ok()?;
         if !matches!(fs.f_type as i64, EXT4_MAGIC | XFS_MAGIC | BTRFS_MAGIC) {
             return None;
         }
-        let stamp = of_stat(&fstat(file).ok()?);
+        let stamp = of_stat(st);
         (stamp.ctime < tick).then_some(stamp)
     }
 
-    /// Whether `file` still carries this stamp.
-    pub fn matches(&self, file: &File) -> bool {
-        fstat(file).is_ok_and(|st| of_stat(&st) == *self)
+    /// Whether a file whose `fstat` is `st` still carries this stamp.
+    pub fn matches(&self, st: &Stat) -> bool {
+        of_stat(st) == *self
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rustix::fs::fstat;
     use std::io::Write;
 
     /// Only meaningful where the test folder is on a listed file system;
@@ -98,7 +99,7 @@ mod tests {
         let f = File::open(&path).unwrap();
         // A ctime not older than the tick read before the stat is racy.
         let ctime = of_stat(&fstat(&f).unwrap()).ctime;
-        assert_eq!(Stamp::of(&f, ctime), None);
+        assert_eq!(Stamp::of(&f, &fstat(&f).unwrap(), ctime), None);
         let tick = loop {
             let t = coarse_now();
             let ctime = of_stat(&fstat(&f).unwrap()).ctime;
@@ -107,15 +108,15 @@ mod tests {
             }
             std::thread::sleep(std::time::Duration::from_millis(2));
         };
-        let Some(stamp) = Stamp::of(&f, tick) else {
+        let Some(stamp) = Stamp::of(&f, &fstat(&f).unwrap(), tick) else {
             let fs = fstatfs(&f).unwrap();
             eprintln!("file system {:#x} is not listed", fs.f_type);
             return;
         };
-        assert!(stamp.matches(&f));
+        assert!(stamp.matches(&fstat(&f).unwrap()));
         // Same size, same content length: only the times can tell.
         let mut w = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
         w.write_all(b"two").unwrap();
-        assert!(!stamp.matches(&f));
+        assert!(!stamp.matches(&fstat(&f).unwrap()));
     }
 }

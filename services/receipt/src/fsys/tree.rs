@@ -10,7 +10,7 @@ use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-use rustix::fs::{FileType, Mode, OFlags, ResolveFlags, fchmod, fstat, mkdirat, openat2};
+use rustix::fs::{FileType, Mode, OFlags, ResolveFlags, Stat, fchmod, fstat, mkdirat, openat2};
 use rustix::io::Errno;
 use sha2::{Digest, Sha256};
 
@@ -99,6 +99,11 @@ impl Dir {
     /// Opens a regular file for reading, refusing symlinks anywhere on the
     /// way and special files (opened non-blocking so a FIFO cannot hang).
     pub fn open_regular(&self, rel: &str) -> Result<File, String> {
+        self.open_regular_stat(rel).map(|(f, _)| f)
+    }
+
+    /// [`Dir::open_regular`], with the `fstat` it made on the way.
+    pub fn open_regular_stat(&self, rel: &str) -> Result<(File, Stat), String> {
         let fd = openat2(
             &self.fd,
             rel,
@@ -113,17 +118,28 @@ impl Dir {
         }
         // Back to blocking reads for the copy.
         let _ = rustix::fs::fcntl_setfl(&fd, OFlags::RDONLY);
-        Ok(File::from(fd))
+        Ok((File::from(fd), st))
     }
 
     /// Creates a new private file (0600, exclusive), making parents (0700).
     pub fn create_file(&self, rel: &str) -> std::io::Result<File> {
-        let (parent, name) = match rel.rsplit_once('/') {
-            Some((p, n)) => (self.subdir(p, true)?, n),
-            None => (self.subdir("", false)?, rel),
+        self.create_file_in(rel, &mut Parent::default())
+    }
+
+    /// [`Dir::create_file`], reusing `parent` when the file goes into the
+    /// same folder as the previous one (and remembering its folder there).
+    fn create_file_in(&self, rel: &str, parent: &mut Parent) -> std::io::Result<File> {
+        let (folder, name) = rel.rsplit_once('/').unwrap_or(("", rel));
+        let dir = if folder.is_empty() {
+            self
+        } else {
+            if parent.0.as_ref().is_none_or(|(known, _)| known != folder) {
+                parent.0 = Some((folder.to_string(), self.subdir(folder, true)?));
+            }
+            &parent.0.as_ref().expect("set above").1
         };
         let fd = openat2(
-            &parent.fd,
+            &dir.fd,
             name,
             OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
             Mode::from_raw_mode(0o600),
@@ -141,6 +157,18 @@ impl Dir {
     pub fn stat(&self) -> std::io::Result<rustix::fs::Stat> {
         Ok(fstat(&self.fd)?)
     }
+}
+
+/// The folder the previous file of a copy went into, still open: selections
+/// are sorted, so neighbours mostly share it (no mkdir and re-open per file).
+#[derive(Default)]
+struct Parent(Option<(String, Dir)>);
+
+/// One copying thread's scratch: the read buffer and the open parent folder.
+#[derive(Default)]
+struct Scratch {
+    buf: Vec<u8>,
+    parent: Parent,
 }
 
 /// Hashes what `r` yields (writing it to `sink` too), reading through the
@@ -169,15 +197,15 @@ fn hash_reader(
 }
 
 /// Runs `f` over `items` on a few threads, keeping order; the first error
-/// wins. Each thread hands `f` its own scratch buffer.
+/// wins. Each thread hands `f` its own scratch.
 fn par_map<T: Sync, R: Send>(
     items: &[T],
-    f: impl Fn(&T, &mut Vec<u8>) -> Result<R, String> + Sync,
+    f: impl Fn(&T, &mut Scratch) -> Result<R, String> + Sync,
 ) -> Result<Vec<R>, String> {
     let run = |c: &[T]| {
-        let mut buf = Vec::new();
+        let mut scratch = Scratch::default();
         c.iter()
-            .map(|x| f(x, &mut buf))
+            .map(|x| f(x, &mut scratch))
             .collect::<Result<Vec<R>, String>>()
     };
     // available_parallelism() reads cgroup files on every call: ask once.
@@ -219,24 +247,24 @@ fn record(
 
 /// Copies `rel` from the open `f` into `dst`, hashing exactly the bytes
 /// written.
-fn copy_one(rel: &str, f: File, dst: &Dir, buf: &mut Vec<u8>) -> Result<FileRecord, String> {
+fn copy_one(rel: &str, f: File, dst: &Dir, scratch: &mut Scratch) -> Result<FileRecord, String> {
     let mut out = dst
-        .create_file(rel)
+        .create_file_in(rel, &mut scratch.parent)
         .map_err(|_| msg::INPUT_IO.to_string())?;
-    record(rel, f, Some(&mut out), buf)
+    record(rel, f, Some(&mut out), &mut scratch.buf)
 }
 
 /// Hashes files in place (no copy), in parallel.
 pub fn hash_files(root: &Dir, files: &[String]) -> Result<Vec<FileRecord>, String> {
-    par_map(files, |rel, buf| {
-        record(rel, root.open_regular(rel)?, None, buf)
+    par_map(files, |rel, scratch| {
+        record(rel, root.open_regular(rel)?, None, &mut scratch.buf)
     })
 }
 
 /// Copies files into `dst`, hashing exactly the bytes written (RECEIPT-14).
 pub fn copy_files(src: &Dir, files: &[String], dst: &Dir) -> Result<Vec<FileRecord>, String> {
-    par_map(files, |rel, buf| {
-        copy_one(rel, src.open_regular(rel)?, dst, buf)
+    par_map(files, |rel, scratch| {
+        copy_one(rel, src.open_regular(rel)?, dst, scratch)
     })
 }
 
@@ -248,11 +276,11 @@ pub fn copy_files_stamped(
     files: &[String],
     dst: &Dir,
 ) -> Result<Vec<(FileRecord, Option<Stamp>)>, String> {
-    par_map(files, |rel, buf| {
+    par_map(files, |rel, scratch| {
         let tick = stamp::coarse_now();
-        let f = src.open_regular(rel)?;
-        let before = Stamp::of(&f, tick);
-        Ok((copy_one(rel, f, dst, buf)?, before))
+        let (f, st) = src.open_regular_stat(rel)?;
+        let before = Stamp::of(&f, &st, tick);
+        Ok((copy_one(rel, f, dst, scratch)?, before))
     })
 }
 
@@ -263,12 +291,12 @@ pub fn rehash_changed(
     root: &Dir,
     earlier: &[(&FileRecord, Option<Stamp>)],
 ) -> Result<Vec<FileRecord>, String> {
-    par_map(earlier, |(prior, stamp), buf| {
-        let f = root.open_regular(&prior.path)?;
-        if stamp.is_some_and(|s| s.matches(&f)) {
+    par_map(earlier, |(prior, stamp), scratch| {
+        let (f, st) = root.open_regular_stat(&prior.path)?;
+        if stamp.is_some_and(|s| s.matches(&st)) {
             return Ok((*prior).clone());
         }
-        record(&prior.path, f, None, buf)
+        record(&prior.path, f, None, &mut scratch.buf)
     })
 }
 
@@ -346,6 +374,38 @@ mod tests {
         );
         // Exclusive: copying again onto existing files fails.
         assert_eq!(copy_files(&s, &files, &d).unwrap_err(), msg::INPUT_IO);
+    }
+
+    /// Files whose folders alternate, nest and return (the open parent
+    /// folder is reused only for the same folder) all land where they
+    /// belong, with private folders.
+    #[test]
+    fn copies_into_alternating_and_nested_folders() {
+        let src = tempfile::tempdir().unwrap();
+        let dst = tempfile::tempdir().unwrap();
+        let files: Vec<String> = ["a/1", "b/2", "a/3", "a/b/4", "a/5", "6", "a/b/c/7", "b/8"]
+            .iter()
+            .map(|f| f.to_string())
+            .collect();
+        for f in &files {
+            let p = src.path().join(f);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(&p, f.as_bytes()).unwrap();
+        }
+        let s = Dir::open(src.path()).unwrap();
+        let d = Dir::open(dst.path()).unwrap();
+        assert_eq!(
+            copy_files(&s, &files, &d).unwrap(),
+            hash_files(&s, &files).unwrap()
+        );
+        use std::os::unix::fs::PermissionsExt;
+        for f in &files {
+            assert_eq!(std::fs::read(dst.path().join(f)).unwrap(), f.as_bytes());
+        }
+        for folder in ["a", "b", "a/b", "a/b/c"] {
+            let meta = std::fs::metadata(dst.path().join(folder)).unwrap();
+            assert_eq!(meta.permissions().mode() & 0o777, 0o700, "{folder}");
+        }
     }
 
     #[test]
