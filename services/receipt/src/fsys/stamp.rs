@@ -74,7 +74,23 @@ impl Stamp {
             return None;
         }
         let stamp = of_stat(st);
-        (stamp.ctime < tick).then_some(stamp)
+        stamp.settled_before(tick).then_some(stamp)
+    }
+
+    /// The stamp of whatever is at `path` (not following a final symlink),
+    /// on any file system. For a directory it stands for its list of
+    /// entries: creating, removing or renaming one updates its mtime and
+    /// ctime everywhere.
+    pub fn at(path: &std::path::Path) -> Option<Stamp> {
+        let st = rustix::fs::statat(rustix::fs::CWD, path, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
+            .ok()?;
+        Some(of_stat(&st))
+    }
+
+    /// Whether the last change was before the coarse clock `tick` (read
+    /// before the stat): only then can a later change not keep the times.
+    pub fn settled_before(&self, tick: (i64, i64)) -> bool {
+        self.ctime < tick
     }
 
     /// Whether a file whose `fstat` is `st` still carries this stamp.
