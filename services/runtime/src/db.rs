@@ -129,6 +129,10 @@ impl Db {
                         Some(Duration::from_secs(600))
                     })
                     .max_lifetime(None)
+                    // No ping before each acquire: it is one more round trip
+                    // to the connection's worker thread per statement, and a
+                    // local file has no link that could have dropped.
+                    .test_before_acquire(false)
                     // A connection whose transaction could not be ended
                     // (a COMMIT and then a ROLLBACK failing on a full disk)
                     // is closed, not reused: its next "transaction" would
