@@ -494,72 +494,83 @@ mod tests {
     use super::*;
     use tokio::io::AsyncReadExt;
 
+    /// What one spawned check did: its exit code and stdout, and the leaf
+    /// name of the cgroup it ran in.
+    struct Ran {
+        code: Option<i32>,
+        out: String,
+        leaf: String,
+    }
+
+    /// Spawns `argv` (program `program`) in a fresh check cgroup with a
+    /// fresh working folder, `env` and `plan`, and waits for it; `None` when
+    /// this host has no writable cgroup v2.
+    async fn spawn_and_wait(
+        program: &CStr,
+        argv: &[&str],
+        env: &[(String, String)],
+        plan: &ChildPlan,
+        cwd: &std::path::Path,
+    ) -> Option<Result<Ran, SpawnError>> {
+        let Some(base) = super::super::cgroup::base() else {
+            eprintln!("no writable cgroup v2 here: nothing to test");
+            return None;
+        };
+        let cg = base.create_check().unwrap();
+        let dir = cg.open_dir().unwrap();
+        let cwd_c = CString::new(cwd.to_str().unwrap()).unwrap();
+        let argv: Vec<String> = argv.iter().map(|s| s.to_string()).collect();
+        let ran = match spawn_into(dir.as_raw_fd(), program, &argv, env, &cwd_c, plan) {
+            Ok(mut child) => {
+                let mut out = String::new();
+                let mut stdout = child.stdout.take().unwrap();
+                stdout.read_to_string(&mut out).await.unwrap();
+                let code = child.wait().await.unwrap().code();
+                Ok(Ran {
+                    code,
+                    out,
+                    leaf: cg.leaf_name(),
+                })
+            }
+            Err(e) => Err(e),
+        };
+        cg.kill_and_remove().await;
+        Some(ran)
+    }
+
     /// The child is a member of the check cgroup from its first instruction
     /// (it reads its own /proc/self/cgroup), gets exactly the environment
     /// given, runs in the given folder, and its exit status comes back.
     #[tokio::test]
     async fn born_inside_the_cgroup() {
-        let Some(base) = super::super::cgroup::base() else {
-            eprintln!("no writable cgroup v2 here: nothing to test");
-            return;
-        };
-        let cg = base.create_check().unwrap();
-        let dir = cg.open_dir().unwrap();
         let cwd = tempfile::tempdir().unwrap();
-        let cwd_c = CString::new(cwd.path().to_str().unwrap()).unwrap();
-        let argv: Vec<String> = [
+        let argv = [
             "sh",
             "-c",
             "cat /proc/self/cgroup; pwd; echo \"$ONLY\"; exit 7",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+        ];
         let env = vec![("ONLY".to_string(), "this".to_string())];
-        let mut child = spawn_into(
-            dir.as_raw_fd(),
-            c"/bin/sh",
-            &argv,
-            &env,
-            &cwd_c,
-            &ChildPlan::NOTHING,
-        )
-        .unwrap();
-        let mut out = String::new();
-        child
-            .stdout
-            .take()
-            .unwrap()
-            .read_to_string(&mut out)
-            .await
-            .unwrap();
-        let status = child.wait().await.unwrap();
-        assert_eq!(status.code(), Some(7));
-        let leaf = cg.leaf_name();
+        let nothing = ChildPlan::NOTHING;
+        let Some(ran) = spawn_and_wait(c"/bin/sh", &argv, &env, &nothing, cwd.path()).await else {
+            return;
+        };
+        let Ran { code, out, leaf } = ran.unwrap();
+        assert_eq!(code, Some(7));
         let v2 = out.lines().find(|l| l.starts_with("0::")).unwrap();
         assert!(v2.ends_with(&leaf), "{out}");
         assert!(out.contains(cwd.path().file_name().unwrap().to_str().unwrap()));
         assert!(out.ends_with("this\n"), "{out}");
-        cg.kill_and_remove().await;
 
         // A program that cannot be executed is an error, not exit 127.
-        let cg = base.create_check().unwrap();
-        let dir = cg.open_dir().unwrap();
-        let err = spawn_into(
-            dir.as_raw_fd(),
-            c"/nonexistent/prog",
-            &argv,
-            &env,
-            &cwd_c,
-            &ChildPlan::NOTHING,
-        )
-        .err()
-        .unwrap();
+        let err = spawn_and_wait(c"/nonexistent/prog", &argv, &env, &nothing, cwd.path())
+            .await
+            .unwrap()
+            .err()
+            .unwrap();
         assert!(
             matches!(&err, SpawnError::Start(e) if e.raw_os_error() == Some(libc::ENOENT)),
             "{err:?}"
         );
-        cg.kill_and_remove().await;
     }
 
     /// The check starts like a fresh process even though this thread blocks
@@ -568,15 +579,6 @@ mod tests {
     /// shares our memory until exec, which starts with every signal blocked.
     #[tokio::test]
     async fn starts_with_default_signals() {
-        let Some(base) = super::super::cgroup::base() else {
-            eprintln!("no writable cgroup v2 here: nothing to test");
-            return;
-        };
-        let cg = base.create_check().unwrap();
-        let dir = cg.open_dir().unwrap();
-        let cwd = tempfile::tempdir().unwrap();
-        let cwd_c = CString::new(cwd.path().to_str().unwrap()).unwrap();
-        let argv: Vec<String> = vec!["cat".into(), "/proc/self/status".into()];
         // SAFETY: this test thread's own mask and SIGPIPE disposition.
         unsafe {
             libc::signal(libc::SIGPIPE, libc::SIG_IGN);
@@ -585,24 +587,14 @@ mod tests {
             libc::sigaddset(&mut set, libc::SIGUSR1);
             libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
         };
-        let mut child = spawn_into(
-            dir.as_raw_fd(),
-            c"/bin/cat",
-            &argv,
-            &[],
-            &cwd_c,
-            &ChildPlan::NOTHING,
-        )
-        .unwrap();
-        let mut out = String::new();
-        child
-            .stdout
-            .take()
-            .unwrap()
-            .read_to_string(&mut out)
-            .await
-            .unwrap();
-        assert_eq!(child.wait().await.unwrap().code(), Some(0));
+        let cwd = tempfile::tempdir().unwrap();
+        let argv = ["cat", "/proc/self/status"];
+        let plan = ChildPlan::NOTHING;
+        let Some(ran) = spawn_and_wait(c"/bin/cat", &argv, &[], &plan, cwd.path()).await else {
+            return;
+        };
+        let Ran { code, out, .. } = ran.unwrap();
+        assert_eq!(code, Some(0));
         let field = |name: &str| {
             out.lines()
                 .find_map(|l| l.strip_prefix(name))
@@ -612,7 +604,6 @@ mod tests {
         };
         assert_eq!(field("SigBlk:"), "0000000000000000", "{out}");
         assert_eq!(field("SigIgn:"), "0000000000000000", "{out}");
-        cg.kill_and_remove().await;
     }
 
     /// The offline plan of a user who is not root: the child enters a user
@@ -621,44 +612,28 @@ mod tests {
     /// ids mapped.
     #[tokio::test]
     async fn user_namespace_plan_starts() {
-        let Some(base) = super::super::cgroup::base() else {
-            eprintln!("no writable cgroup v2 here: nothing to test");
-            return;
-        };
         let max = std::fs::read_to_string("/proc/sys/user/max_user_namespaces").unwrap_or_default();
         if max.trim() == "0" || max.is_empty() {
             eprintln!("user namespaces are disabled here: nothing to test");
             return;
         }
-        let cg = base.create_check().unwrap();
-        let dir = cg.open_dir().unwrap();
         let cwd = tempfile::tempdir().unwrap();
-        let cwd_c = CString::new(cwd.path().to_str().unwrap()).unwrap();
-        let argv: Vec<String> = [
+        let argv = [
             "sh",
             "-c",
             "readlink /proc/self/ns/net; cat /proc/self/uid_map",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+        ];
         let uid = rustix::process::geteuid().as_raw();
         let plan = ChildPlan::user_netns(uid, rustix::process::getegid().as_raw());
-        let mut child = spawn_into(dir.as_raw_fd(), c"/bin/sh", &argv, &[], &cwd_c, &plan).unwrap();
-        let mut out = String::new();
-        child
-            .stdout
-            .take()
-            .unwrap()
-            .read_to_string(&mut out)
-            .await
-            .unwrap();
-        assert_eq!(child.wait().await.unwrap().code(), Some(0), "{out}");
+        let Some(ran) = spawn_and_wait(c"/bin/sh", &argv, &[], &plan, cwd.path()).await else {
+            return;
+        };
+        let Ran { code, out, .. } = ran.unwrap();
+        assert_eq!(code, Some(0), "{out}");
         let ours = std::fs::read_link("/proc/self/ns/net").unwrap();
         let mut lines = out.lines();
         assert_ne!(lines.next(), Some(ours.to_str().unwrap()), "{out}");
         let map: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
         assert_eq!(map, [uid.to_string(), uid.to_string(), "1".into()], "{out}");
-        cg.kill_and_remove().await;
     }
 }
