@@ -724,4 +724,60 @@ mod tests {
         std::fs::write(base.join("a/open/inner"), "x").unwrap();
         assert!(c.still_exact(&hidden));
     }
+
+    /// Offline for a user who may create no namespace: Landlock refuses TCP
+    /// connect (and bind), UDP stays open, as the receipt's "+no-tcp" says.
+    /// The same script without the ruleset connects, so the test can fail.
+    #[test]
+    fn no_tcp_refuses_tcp_connect_but_not_udp() {
+        use std::os::unix::process::CommandExt;
+        if landlock_abi() < 4 {
+            eprintln!(
+                "Landlock ABI {} has no network rights: nothing to test",
+                landlock_abi()
+            );
+            return;
+        }
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let script = format!(
+            "import socket\n\
+             try:\n    socket.create_connection(('127.0.0.1', {port}), timeout=5); print('tcp:open')\n\
+             except PermissionError:\n    print('tcp:refused')\n\
+             u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n\
+             u.sendto(b'x', ('127.0.0.1', {port})); print('udp:open')\n"
+        );
+        let run = |plan: Option<ChildPlan>| {
+            let mut cmd = std::process::Command::new("python3");
+            cmd.arg("-c").arg(&script);
+            if let Some(plan) = plan {
+                // SAFETY: enforce only makes raw system calls.
+                unsafe { cmd.pre_exec(move || enforce(&plan)) };
+            }
+            let out = cmd.output().unwrap();
+            assert!(out.status.success(), "{out:?}");
+            String::from_utf8(out.stdout).unwrap()
+        };
+        assert_eq!(run(None), "tcp:open\nudp:open\n");
+
+        let folder = tempfile::tempdir().unwrap();
+        let policy = FsPolicy {
+            choice: SandboxChoice::Off,
+            network: NetworkChoice::Off,
+            hidden: Vec::new(),
+        };
+        let plan = Sandbox {
+            landlock: None,
+            offline: Offline::NoTcp,
+        };
+        let ruleset = build(&policy, folder.path(), plan).unwrap().unwrap();
+        let child = ChildPlan {
+            ruleset: ruleset.as_raw_fd(),
+            offline: Offline::NoTcp,
+            uid_map: [0; 24],
+            gid_map: [0; 24],
+        };
+        assert_eq!(run(Some(child)), "tcp:refused\nudp:open\n");
+        assert_eq!(plan.to_string(), "none+no-tcp");
+    }
 }
