@@ -644,3 +644,29 @@ both_backends!(
     lap_batches_commit_together_in_order,
     backup_is_a_consistent_copy,
 );
+
+/// On PostgreSQL the full-text index takes new rows straight in (no GIN
+/// pending list for every recall to scan), and a row written just now is
+/// found through it.
+#[tokio::test]
+async fn postgres_full_text_index_has_no_pending_list() {
+    let mut e = env("postgres").await;
+    let options: Option<String> = sqlx::query_scalar(
+        "SELECT array_to_string(reloptions, ',') FROM pg_class WHERE relname = 'memories_fts'",
+    )
+    .fetch_one(&e.store.db().pool)
+    .await
+    .unwrap();
+    assert_eq!(options.as_deref(), Some("fastupdate=off"));
+    e.client
+        .remember(remember("the staging migration failed on a lock", &[]))
+        .await
+        .unwrap();
+    let hits = e
+        .client
+        .recall(recall("staging lock"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(hits.results.len(), 1);
+}

@@ -31,6 +31,13 @@ pub static MIGRATIONS: MigrationSet = MigrationSet {
             description: "ledger notify",
             sql: include_str!("../../../../migrations/postgres/ledger/0002_notify.sql"),
         },
+        Step {
+            version: 3,
+            description: "ledger full-text index without pending list",
+            sql: include_str!(
+                "../../../../migrations/postgres/ledger/0003_fts_no_pending_list.sql"
+            ),
+        },
     ],
 };
 
