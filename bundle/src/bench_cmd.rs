@@ -3,7 +3,8 @@
 //! the whole object. Exit 0 whether or not goals are met: a benchmark
 //! measures, it does not judge the build.
 
-pub async fn bench(quick: bool, json: bool, only: Vec<String>) -> anyhow::Result<i32> {
+pub async fn bench(opts: slm_bench::Options, json: bool) -> anyhow::Result<i32> {
+    let quick = opts.quick;
     if !json {
         eprintln!(
             "slm bench{}: measuring (about {} on 2 cores)…",
@@ -11,7 +12,7 @@ pub async fn bench(quick: bool, json: bool, only: Vec<String>) -> anyhow::Result
             if quick { "1 minute" } else { "2½ minutes" }
         );
     }
-    let out = slm_bench::run(slm_bench::Options { quick, only }).await;
+    let out = slm_bench::run(opts).await;
     if json {
         crate::print_json(&out);
     } else {

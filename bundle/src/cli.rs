@@ -90,6 +90,10 @@ pub enum Command {
         /// Only these areas: engine, receipt, watch, recall, bridge, watchers.
         #[arg(long, value_delimiter = ',', value_name = "AREA[,AREA]")]
         only: Vec<String>,
+        /// Also measure recall on PostgreSQL, in a throwaway database made
+        /// (and dropped) on the server of this URL.
+        #[arg(long, value_name = "URL")]
+        postgres: Option<String>,
     },
     /// Serve MCP over stdio for an agent host (Claude Code, Codex, Cursor…).
     Mcp {

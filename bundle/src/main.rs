@@ -38,7 +38,22 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Serve(args) => serve_cmd::serve(args).await,
         Command::Mcp { profile } => serve_cmd::mcp(profile).await,
         Command::Restore { src, json } => admin_cmd::restore(&src, json),
-        Command::Bench { quick, json, only } => bench_cmd::bench(quick, json, only).await,
+        Command::Bench {
+            quick,
+            json,
+            only,
+            postgres,
+        } => {
+            bench_cmd::bench(
+                slm_bench::Options {
+                    quick,
+                    only,
+                    postgres,
+                },
+                json,
+            )
+            .await
+        }
         command => {
             let mut s = Services::connect().await?;
             let code = match command {

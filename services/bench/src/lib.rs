@@ -8,7 +8,8 @@
 //! - the [`receipt`] area: `receipt.check_ms`, `receipt.gate_eval_ms`,
 //!   `receipt.register_ms` for the artifact sets small, 1k and 200mb;
 //! - the [`watch`] area: `watch.done_after_receipt_ms`;
-//! - the [`recall`] area: `recall.at_100k_ms`;
+//! - the [`recall`] area: `recall.at_100k_ms` (and
+//!   `recall.at_100k_ms_postgres` with [`Options::postgres`]);
 //! - the [`bridge`] area: `bridge.overhead_ms` (or `{"skipped": why}`);
 //! - the [`watchers`] area: `watchers` = `{"watchers", "cpu_percent", "rss_mb"}`;
 //!
@@ -36,13 +37,16 @@ pub struct Options {
     /// Only these areas (`engine`, `receipt`, `watch`, `recall`, `bridge`,
     /// `watchers`); empty means all.
     pub only: Vec<String>,
+    /// A PostgreSQL URL that may create databases: recall is then also
+    /// measured on a throwaway database there.
+    pub postgres: Option<String>,
 }
 
 impl Options {
     pub fn quick(quick: bool) -> Self {
         Self {
             quick,
-            only: Vec::new(),
+            ..Self::default()
         }
     }
 
@@ -50,6 +54,7 @@ impl Options {
         Self {
             quick,
             only: vec![area.to_string()],
+            ..Self::default()
         }
     }
 
@@ -79,7 +84,7 @@ pub async fn run(opts: Options) -> Value {
             "engine" => engine::run(opts.quick).await,
             "receipt" => receipt::run(opts.quick).await,
             "watch" => watch::run(opts.quick).await,
-            "recall" => recall::run(opts.quick).await,
+            "recall" => recall::run(opts.quick, opts.postgres.as_deref()).await,
             "bridge" => bridge::run(opts.quick).await,
             "watchers" => watchers::run(opts.quick).await,
             _ => unreachable!(),
@@ -325,6 +330,14 @@ pub const GOALS: &[Goal] = &[
         "",
     ),
     goal("recall.at_100k_ms", None, "median", Some(5.0), "ms", ""),
+    goal(
+        "recall.at_100k_ms_postgres",
+        None,
+        "median",
+        Some(5.0),
+        "ms",
+        "",
+    ),
     goal("bridge.overhead_ms", None, "median", None, "ms", ""),
     goal(
         "watchers",

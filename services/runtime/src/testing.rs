@@ -22,22 +22,31 @@ impl TestDatabase {
     /// Creates `<prefix>_<random>`; panics when PostgreSQL is unreachable,
     /// since the suites must run against it.
     pub async fn create(prefix: &str) -> Self {
-        let admin = admin_url();
-        let name = format!("{prefix}_{}", uuid_like());
-        let db = Db::open(&admin)
+        Self::create_on(&admin_url(), prefix)
             .await
-            .expect("PostgreSQL must be reachable at SLM_TEST_POSTGRES_URL");
-        db.pool
+            .expect("PostgreSQL must be reachable at SLM_TEST_POSTGRES_URL")
+    }
+
+    /// [`TestDatabase::create`] on the server of `admin` (a URL that may
+    /// create databases), with why it could not.
+    pub async fn create_on(admin: &str, prefix: &str) -> Result<Self, String> {
+        let name = format!("{prefix}_{}", uuid_like());
+        let db = Db::open(admin)
+            .await
+            .map_err(|e| format!("cannot connect to {admin}: {e}"))?;
+        let made = db
+            .pool
             .execute(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
             .await
-            .expect("create the test database");
+            .map_err(|e| format!("cannot create a database on {admin}: {e}"));
         db.close().await;
-        let base = admin.rsplit_once('/').map(|(b, _)| b).unwrap_or(&admin);
-        Self {
+        made?;
+        let base = admin.rsplit_once('/').map(|(b, _)| b).unwrap_or(admin);
+        Ok(Self {
             url: format!("{base}/{name}"),
-            admin,
+            admin: admin.to_string(),
             name,
-        }
+        })
     }
 }
 
