@@ -589,6 +589,55 @@ macro_rules! both_backends {
     };
 }
 
+/// A job superseded while its check runs gets no receipt: the run ends
+/// with "expired or superseded during verification", and nothing is stored.
+async fn superseded_during_the_run_gets_no_receipt(backend: &str) {
+    let mut e = env(backend).await;
+    write(e.project.path(), "src/app.txt", "version 1\n");
+    write(e.project.path(), "check.sh", "sleep 1\n");
+    let job = e
+        .register(e.registration("build", &["sh", "check.sh"]))
+        .await
+        .unwrap();
+    let mut runner = e.client.clone();
+    let mut run = runner
+        .run_check(op(
+            &e.token,
+            pb::RunCheckRequest {
+                job_id: job.job_id.clone(),
+                timeout_s: 10.0,
+            },
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    // Once the check is running, the operator registers the job again.
+    loop {
+        match run.next().await.unwrap().unwrap().event {
+            Some(pb::run_check_event::Event::Progress(p)) if p.starts_with("running") => break,
+            Some(pb::run_check_event::Event::Receipt(r)) => panic!("receipt too early: {r:?}"),
+            _ => {}
+        }
+    }
+    e.register(e.registration("build", &["sh", "check.sh"]))
+        .await
+        .unwrap();
+    let err = loop {
+        match run.next().await.unwrap() {
+            Ok(ev) => assert!(
+                !matches!(ev.event, Some(pb::run_check_event::Event::Receipt(_))),
+                "a superseded job got a receipt"
+            ),
+            Err(err) => break err,
+        }
+    };
+    assert_eq!(
+        (err.code(), err.message()),
+        (Code::FailedPrecondition, msg::EXPIRED_DURING)
+    );
+    assert!(e.store.receipts_after(0, 10).await.unwrap().is_empty());
+}
+
 both_backends!(
     pass_then_every_gate_reason,
     operator_credential_is_required,
@@ -596,4 +645,5 @@ both_backends!(
     escapes_and_timeouts_fail_the_check,
     forgery_and_tampering_never_pass,
     a_check_that_prints_the_key_fails,
+    superseded_during_the_run_gets_no_receipt,
 );
