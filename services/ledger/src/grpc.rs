@@ -72,8 +72,11 @@ impl LedgerService {
         &self.store
     }
 
-    fn publish(&self, m: &StoredMemory) {
-        self.events.publish(m.id, m.clone());
+    /// Announces a stored memory to watchers; its id.
+    fn publish(&self, m: StoredMemory) -> i64 {
+        let id = m.id;
+        self.events.publish(id, m);
+        id
     }
 
     /// Stores laps in one transaction and announces them; their memory ids.
@@ -83,14 +86,7 @@ impl LedgerService {
             .append_laps(laps, &now_iso())
             .await
             .map_err(status)?;
-        Ok(stored
-            .into_iter()
-            .map(|m| {
-                let id = m.id;
-                self.events.publish(id, m);
-                id
-            })
-            .collect())
+        Ok(stored.into_iter().map(|m| self.publish(m)).collect())
     }
 
     async fn read_profile(&self, raw: &str) -> Result<String, LedgerError> {
@@ -271,7 +267,7 @@ impl Ledger for LedgerService {
         .validated()
         .map_err(status)?;
         let stored = self.store.remember(&m, &now_iso()).await.map_err(status)?;
-        self.publish(&stored);
+        self.publish(stored.clone());
         Ok(Response::new(pb::RememberResponse {
             memory: Some(memory_to_pb(stored)),
         }))

@@ -252,10 +252,10 @@ struct KernelSigaction {
 /// The child between clone3 and exec. Never returns.
 unsafe fn child_exec(c: &ChildSetup<'_>) -> ! {
     unsafe {
-        let fail = |status_fd: RawFd| -> ! {
+        let fail = || -> ! {
             let errno = *libc::__errno_location();
             let bytes = errno.to_ne_bytes();
-            libc::write(status_fd, bytes.as_ptr().cast(), 4);
+            libc::write(c.status_fd, bytes.as_ptr().cast(), 4);
             libc::_exit(127)
         };
         // What a fresh process expects: every signal at its default before
@@ -280,26 +280,26 @@ unsafe fn child_exec(c: &ChildSetup<'_>) -> ! {
         libc::sigemptyset(&mut set);
         libc::pthread_sigmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
         if libc::setsid() < 0 {
-            fail(c.status_fd);
+            fail();
         }
         for &(from, to) in &c.fds {
             if from == to {
                 // dup2 onto itself keeps CLOEXEC: clear it instead.
                 if libc::fcntl(to, libc::F_SETFD, 0) < 0 {
-                    fail(c.status_fd);
+                    fail();
                 }
             } else if libc::dup2(from, to) < 0 {
-                fail(c.status_fd);
+                fail();
             }
         }
         if libc::chdir(c.cwd.as_ptr()) < 0 {
-            fail(c.status_fd);
+            fail();
         }
         if super::sandbox::enforce(c.plan).is_err() {
-            fail(c.status_fd);
+            fail();
         }
         libc::execve(c.program.as_ptr(), c.argv.as_ptr(), c.envp.as_ptr());
-        fail(c.status_fd)
+        fail()
     }
 }
 
